@@ -1,0 +1,3 @@
+from co3cli.cli.app import main
+
+main()

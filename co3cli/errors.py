@@ -1,0 +1,13 @@
+"""Errors the library raises on bad input. The CLI turns each into one line on stderr, exit 1."""
+
+
+class Co3Error(Exception):
+    """Base class: a problem with the user's input, files or options (never a bug)."""
+
+
+class InputError(Co3Error, ValueError):
+    """An argument, option or input file is not acceptable (the message names it)."""
+
+
+class CorruptDataError(Co3Error):
+    """Encoded data fails a structural check or checksum; nothing decoded from it is returned."""
