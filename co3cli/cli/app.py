@@ -1,0 +1,377 @@
+"""The ``co3`` command line: thin typed wrappers over the library; all printing happens here.
+
+Errors from the library (``Co3Error``) become one line on stderr and exit code 1; usage
+errors (unknown options, bad values) keep Click's exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+import typer
+
+from co3cli import __version__
+from co3cli.errors import Co3Error
+from co3cli.report import bits_table, format_table as _table
+
+app = typer.Typer(
+    name="co3",
+    help="How many bits does a gradient really need? Capture, fit, codebook, compress, "
+         "decompress and report gradient dumps (GenNorm models, fp8/fp4 grids, Huffman/ANS).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+codebook_app = typer.Typer(help="Build and show codebooks (integer tables frozen from a model).",
+                           no_args_is_help=True)
+app.add_typer(codebook_app, name="codebook")
+
+FormatOpt = typer.Option("fp8-e5m2", "--format", "-f",
+                         help="Grid: fp8-e5m2, fp8-e4m3, fp8-143-b10, fp4-co3, fp4-e2m1, "
+                              "fpE.M[-bB][-ieee|-fn|-full], uniformB[-cX].")
+ScaleOpt = typer.Option(None, "--scale", "-s",
+                        help="Scale rule: absmax (default), gennorm-mse, co3-poly.")
+CoderOpt = typer.Option("ans", "--coder", "-c", help="Entropy coder: ans or huffman.")
+ModelOpt = typer.Option("gennorm-zi", "--model", "-m",
+                        help="Model behind the table: gennorm-zi, gennorm, normal, normal-zi, "
+                             "laplace, laplace-zi, dweibull, empirical.")
+MaxLenOpt = typer.Option(None, "--max-len", help="Huffman: longest code length (default 16).")
+PrecisionOpt = typer.Option(None, "--precision", help="ANS: frequency table bits (default 16).")
+NonfiniteOpt = typer.Option("error", "--nonfinite",
+                            help="NaN/Inf in the dump: error (default) or zero (replace by 0).")
+JsonOpt = typer.Option(False, "--json", help="Print JSON instead of a table.")
+QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bars.")
+
+
+def _coder_params(max_len, precision) -> dict:
+    return {k: v for k, v in (("max_len", max_len), ("precision", precision)) if v is not None}
+
+
+def _emit(text: str, to_stderr: bool = False) -> None:
+    print(text, file=sys.stderr if to_stderr else sys.stdout)
+
+
+@app.command("compress")
+def compress_cli(
+    input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
+    output: str = typer.Option(..., "--output", "-o", help="Output .co3 file, or - for stdout."),
+    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: str = CoderOpt,
+    model: str = ModelOpt,
+    codebook: Optional[Path] = typer.Option(None, "--codebook", "-b",
+                                            help="Reuse a saved codebook (fixes format and coder)."),
+    max_len: Optional[int] = MaxLenOpt, precision: Optional[int] = PrecisionOpt,
+    nonfinite: str = NonfiniteOpt, json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+):
+    """Quantize and entropy-code a gradient dump into a .co3 file.
+
+    Example: co3 compress sample_data/mnist5k-mlp.h5 -o grads.co3 --format fp4-co3 --coder ans
+    """
+    from co3cli.codec import compress
+
+    res = compress(input, output, format=format, scale=scale, coder=coder,
+                   coder_params=_coder_params(max_len, precision), model=model, codebook=codebook,
+                   nonfinite=nonfinite, progress=not quiet)
+    to_err = output == "-"
+    if json_out:
+        _emit(json.dumps(res.to_dict(), indent=1), to_err)
+    elif not quiet or not to_err:
+        _emit(f"{input} -> {output}: {res.entries} entries, {res.nbytes} bytes, "
+              f"{res.bpe:.4f} bits/entry, {res.seconds:.2f} s", to_err)
+
+
+@app.command("decompress")
+def decompress_cli(
+    input: str = typer.Argument(..., help=".co3 file, or - for stdin."),
+    output: str = typer.Option(..., "--output", "-o", help="Output dump (.h5), or - for stdout."),
+    json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+):
+    """Decode a .co3 file into a co3.gradients/1 dump of the dequantized gradients.
+
+    Example: co3 decompress grads.co3 -o grads_q.h5
+    """
+    from co3cli.codec import decompress
+
+    res = decompress(input, output, progress=not quiet)
+    to_err = output == "-"
+    if json_out:
+        _emit(json.dumps(res.to_dict(), indent=1), to_err)
+    elif not quiet or not to_err:
+        _emit(f"{input} -> {output}: {res.entries} entries from {res.nbytes} bytes, "
+              f"{res.seconds:.2f} s", to_err)
+
+
+@app.command("inspect")
+def inspect_cli(input: str = typer.Argument(..., help=".co3 file, or - for stdin."),
+                json_out: bool = JsonOpt):
+    """Verify a .co3 file (magic, version, every checksum) and describe its contents.
+
+    Example: co3 inspect grads.co3 --json
+    """
+    from co3cli.container import open_co3
+    from co3cli.fileio import input_path
+
+    with input_path(input, ".co3 file") as p, open(p, "rb") as f:
+        co3 = open_co3(f, input)
+        layers = []
+        for block in co3.layers():
+            lay = co3.header["layers"][block.index]
+            layers.append({"name": lay["name"], "shape": lay["shape"], "numel": lay["numel"],
+                           "bytes": block.nbytes, "payload_bytes": block.payload_bytes,
+                           "table_bytes": len(block.table), "model": block.meta.get("model"),
+                           "scales": block.scales.tolist()})
+        h = co3.header
+        info = {"file": input, "verified": True, "version": "%d.%d" % co3.version, "bytes": co3.size,
+                "header_bytes": co3.header_bytes, "trailer_bytes": co3.trailer_bytes,
+                "header": {k: v for k, v in h.items() if k != "layers"}, "layers": layers}
+    if json_out:
+        _emit(json.dumps(info, indent=1))
+        return
+    _emit(f"{input}: .co3 v{info['version']}, {co3.size} bytes, all checksums verified")
+    _emit(f"format {h['format']['id']}, scale {h['scale_rule']}, coder {h['coder']}, model {h['model']}, "
+          f"{len(h['steps'])} step(s), made by co3cli {h['co3cli_version']} at {h['created']}")
+    _emit(_table(layers, [("name", "layer", ""), ("shape", "shape", ""), ("bytes", "bytes", "d"),
+                          ("payload_bytes", "payload", "d"), ("table_bytes", "table", "d"),
+                          ("model", "model", "")]))
+
+
+def _is_co3(path: Path) -> bool:
+    from co3cli.container import MAGIC
+
+    with open(path, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC
+
+
+@app.command("report")
+def report_cli(
+    input: str = typer.Argument(..., help=".co3 file or gradient dump (.h5), or - for stdin."),
+    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: str = CoderOpt,
+    model: str = ModelOpt, max_len: Optional[int] = MaxLenOpt,
+    precision: Optional[int] = PrecisionOpt, nonfinite: str = NonfiniteOpt,
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw a PNG (needs matplotlib)."),
+    json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+):
+    """Bits per entry against entropy, per layer and in total, from real bytes.
+
+    On a dump, it compresses (to a temporary file) with the given options first.
+
+    Example: co3 report grads.co3 --json;  co3 report sample_data/mnist5k-mlp.h5 --format fp4-co3
+    """
+    from co3cli import report
+    from co3cli.fileio import input_path
+
+    with input_path(input, "input") as p:
+        if _is_co3(p):
+            rep = report.report_co3(p, name=input, progress=not quiet)
+        else:
+            rep = report.report_dump(p, format=format, scale=scale, coder=coder,
+                                     coder_params=_coder_params(max_len, precision), model=model,
+                                     nonfinite=nonfinite, progress=not quiet)
+            rep["source"] = input
+    if plot is not None:
+        from co3cli.plot import plot_report
+
+        plot_report(rep, plot)
+    _emit(json.dumps(rep, indent=1) if json_out else bits_table(rep))
+
+
+@app.command("fit")
+def fit_cli(
+    input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
+    models: str = typer.Option("gennorm-zi,gennorm,normal-zi,laplace-zi,dweibull", "--models",
+                               help="Comma-separated model ids to fit and compare."),
+    per_step: bool = typer.Option(False, "--per-step", help="Fit every step separately "
+                                  "(default: pool each layer's steps)."),
+    layers: str = typer.Option("*", "--layers", help="Glob over layer names, e.g. '*.weight'."),
+    nonfinite: str = NonfiniteOpt, json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+):
+    """Fit GenNorm (and rivals) to every layer: parameters, zero fraction, goodness of fit.
+
+    Example: co3 fit sample_data/mnist5k-mlp.h5 --json
+    """
+    from co3cli.fitting import fit_dump
+
+    ids = [m.strip() for m in models.split(",") if m.strip()]
+    res = fit_dump(input, ids, per_step=per_step, layers=layers, nonfinite=nonfinite,
+                   progress=not quiet)
+    if json_out:
+        _emit(json.dumps(res, indent=1))
+        return
+    rows = []
+    for r in res["fits"]:
+        main = r["models"][ids[0]]
+        rows.append({"name": r["layer"] + ("" if r["step"] is None else f"@{r['step']}"),
+                     "n": r["entries"], "p0": r["zero_fraction"], "beta": main["params"].get("beta"),
+                     "scale": main["params"].get("scale"), "ks": main["gof"]["ks"],
+                     "w2": main["gof"]["w2"], "best": r["best"],
+                     **{f"aic:{m}": r["models"][m]["gof"]["aic"] for m in ids}})
+    cols = [("name", "layer", ""), ("n", "entries", "d"), ("p0", "zeros", ".3f"),
+            ("beta", "beta", ".3f"), ("scale", "alpha", ".3g"), ("ks", f"KS({ids[0]})", ".4f"),
+            ("w2", "W2", ".4f"), ("best", "best (AIC)", "")]
+    _emit(f"{input}: model fits per layer (AIC on the non-zero entries; lower is better)")
+    _emit(_table(rows, cols))
+    _emit("\n" + _table(rows, [("name", "layer", "")] + [(f"aic:{m}", m, ".4g") for m in ids]))
+
+
+@codebook_app.command("build")
+def codebook_build_cli(
+    input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
+    output: str = typer.Option(..., "--output", "-o", help="Codebook JSON file, or - for stdout."),
+    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: str = CoderOpt,
+    model: str = ModelOpt, max_len: Optional[int] = MaxLenOpt,
+    precision: Optional[int] = PrecisionOpt,
+    steps: Optional[List[int]] = typer.Option(None, "--step", help="Use only these step indices "
+                                              "(repeatable), e.g. --step 0 for a first-step book."),
+    pooled: bool = typer.Option(False, "--pooled", help="One table for all layers ('*')."),
+    nonfinite: str = NonfiniteOpt, quiet: bool = QuietOpt,
+):
+    """Fit a model per layer and freeze it into integer tables saved as JSON.
+
+    Example: co3 codebook build sample_data/mnist5k-mlp.h5 --format fp8-e5m2 --model gennorm-zi
+    --coder huffman -o book.json
+    """
+    from co3cli import codebook as cb
+    from co3cli.coding import get_coder
+    from co3cli.dump import Dump
+    from co3cli.fileio import input_path, output_file
+    from co3cli.formats import get_grid
+
+    grid = get_grid(format)
+    coder_obj = get_coder(coder, **_coder_params(max_len, precision))
+    with input_path(input, "dump") as p, Dump.open(p, nonfinite=nonfinite) as dump:
+        book = cb.build(dump, grid, coder_obj, model=model, scale_rule=scale, pooled=pooled,
+                        steps=steps, progress=not quiet)
+    with output_file(output) as f:
+        book.save(f)
+    if output != "-":
+        _emit(f"{input} -> {output}: {len(book.doc['layers'])} table(s), format {grid.id}, "
+              f"coder {coder_obj.config()}, model {model}")
+
+
+@codebook_app.command("show")
+def codebook_show_cli(book: Path = typer.Argument(..., help="Codebook JSON file."),
+                      json_out: bool = JsonOpt):
+    """Summarize a codebook: per layer, the model, its parameters and the table's code lengths.
+
+    Example: co3 codebook show book.json
+    """
+    from co3cli import codebook as cb
+    from co3cli.formats import get_grid
+
+    b = cb.load(book)
+    grid = get_grid(b.format_id)
+    rows = []
+    for name, entry in b.doc["layers"].items():
+        t = b.table_for(name)
+        ints = cb.table_ints(t)
+        p = np.exp2(-ints.astype(float)) if "max_len" in b.doc["coder"] else ints / ints.sum()
+        p = p / p.sum()
+        meta = entry.get("meta", {})
+        params = meta.get("params", {})
+        rows.append({"name": name, "model": meta.get("model"), "beta": params.get("beta"),
+                     "p0": meta.get("p0"), "zero_bits": float(-np.log2(p[grid.K])),
+                     "min": int(ints[ints > 0].min()), "max": int(ints.max()),
+                     "entropy": float(-(p[p > 0] * np.log2(p[p > 0])).sum())})
+    if json_out:
+        _emit(json.dumps({"file": str(book), **{k: v for k, v in b.doc.items() if k != "layers"},
+                          "tables": rows}, indent=1))
+        return
+    _emit(f"{book}: {b.doc['schema']}, format {grid.id} ({grid.nsym} symbols), coder {b.doc['coder']}, "
+          f"model {b.doc['model']}, scale {b.doc['scale_rule']}, co3cli {b.doc['co3cli_version']}")
+    _emit(_table(rows, [("name", "layer", ""), ("model", "model", ""), ("beta", "beta", ".3f"),
+                        ("p0", "p0", ".3f"), ("zero_bits", "bits(0)", ".2f"),
+                        ("min", "min int", "d"), ("max", "max int", "d"),
+                        ("entropy", "table entropy", ".3f")]))
+
+
+@app.command("capture")
+def capture_cli(
+    task: str = typer.Option("digits-mlp", "--task", "-t",
+                             help="Built-in task: digits-mlp, digits-cnn, mnist5k-mlp, mnist5k-cnn."),
+    output: str = typer.Option(..., "--output", "-o", help="Dump file (.h5), or - for stdout."),
+    steps: int = typer.Option(100, "--steps", help="Training steps."),
+    every: int = typer.Option(1, "--every", help="Record every N-th step."),
+    batch_size: int = typer.Option(64, "--batch-size"),
+    lr: float = typer.Option(0.05, "--lr"),
+    momentum: float = typer.Option(0.0, "--momentum"),
+    optimizer: str = typer.Option("sgd", "--optimizer", help="sgd or adam."),
+    layers: str = typer.Option("*", "--layers", help="Glob over parameter names."),
+    seed: int = typer.Option(0, "--seed"),
+    quiet: bool = QuietOpt,
+):
+    """Train a built-in model on bundled data and record its gradients into a dump.
+
+    Example: co3 capture --task mnist5k-mlp --steps 200 --every 20 -o dump.h5
+    """
+    from co3cli.capture import capture
+
+    _torch_one_thread()
+    s = capture(task, output, steps=steps, batch_size=batch_size, lr=lr, momentum=momentum,
+                optimizer=optimizer, seed=seed, every=every, layers=layers, progress=not quiet)
+    _emit(f"captured {task}: {s}", output == "-")
+
+
+def _torch_one_thread():
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@app.command("demo")
+def demo_cli(
+    out: Path = typer.Option(Path("co3-demo"), "--out", help="Folder for the demo's files."),
+    task: str = typer.Option("mnist5k-mlp", "--task", help="Built-in task to train and capture."),
+    steps: int = typer.Option(60, "--steps", help="Training steps (every 5th is recorded)."),
+    json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+):
+    """The whole pipeline on bundled data: capture -> fit -> codebook -> compress -> decompress
+    -> verify -> report, printing the bits-per-entry table.
+
+    Example: co3 demo --out demo/
+    """
+    from co3cli.demo import run_demo
+
+    _torch_one_thread()
+    res = run_demo(out, task=task, steps=steps, progress=not quiet, log=None if json_out else _emit)
+    if json_out:
+        _emit(json.dumps(res, indent=1))
+
+
+def version_callback(value: bool):
+    if value:
+        print(f"co3 {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=version_callback,
+                                       is_eager=True, help="Print the version and exit.")):
+    pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        app(args=argv, prog_name="co3")
+    except Co3Error as e:
+        print(f"co3: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except BrokenPipeError:
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("co3: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except MemoryError:
+        print("co3: error: out of memory", file=sys.stderr)
+        sys.exit(1)
+    except OSError as e:
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"co3: error: {e.strerror or e}{where}", file=sys.stderr)
+        sys.exit(1)
+

@@ -1,0 +1,215 @@
+"""Compress a gradient dump to ``.co3`` and back, one layer at a time.
+
+    dump.h5 ──read layer (steps, numel)──▶ scale per step ──▶ symbols per step
+             ──▶ per-layer integer table (model fit of the scaled values, or a saved codebook)
+             ──▶ one independently decodable chunk per step ──▶ grads.co3
+
+Lossless means ``decompress(compress(x)) == dequantize(quantize(x))`` bit for bit.
+Memory stays at a few times the largest layer, whatever the dump's total size.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from co3cli import __version__
+from co3cli import codebook as cb
+from co3cli.coding import get_coder
+from co3cli.container import Co3Writer, open_co3
+from co3cli.errors import CorruptDataError, InputError
+from co3cli.fileio import input_path, output_file
+from co3cli.formats import get_grid
+from co3cli.quantize import TIE_RULE, compute_scale, dequantize, quantize
+
+
+@dataclass
+class EncodedLayer:
+    """One layer, ready for the container, plus what reports need."""
+
+    meta: dict
+    table: object
+    scales: np.ndarray
+    bodies: list[bytes]
+    counts: np.ndarray  # symbol counts over all steps (int64, nsym)
+
+
+@dataclass
+class CodecResult:
+    path: str
+    nbytes: int
+    entries: int
+    layers: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def bpe(self) -> float:
+        return 8.0 * self.nbytes / self.entries if self.entries else float("nan")
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "bytes": self.nbytes, "entries": self.entries, "bpe": self.bpe,
+                "seconds": self.seconds, "layers": self.layers}
+
+
+def scale_and_quantize(data: np.ndarray, grid, scale_rule):
+    """Per-step scales (float32) and symbols (uint16, same shape) of a (steps, numel) array."""
+    scales = np.array([compute_scale(row, grid, scale_rule) for row in data], dtype=np.float32)
+    sym = np.empty(data.shape, dtype=np.uint16)
+    counts = np.zeros(grid.nsym, dtype=np.int64)
+    for t, row in enumerate(data):
+        sym[t], c = quantize(row, grid, scales[t], with_counts=True)
+        counts += c
+    return scales, sym, counts
+
+
+def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="gennorm-zi",
+                 table=None) -> EncodedLayer:
+    """Quantize and entropy-code a (steps, numel) float32 layer.
+
+    ``table`` reuses a saved codebook table; otherwise one is built from ``model`` fitted to
+    this layer's scaled values (or from its counts for ``empirical``).
+    """
+    scales, sym, counts = scale_and_quantize(data, grid, scale_rule)
+    if table is None:
+        weights, meta = cb.model_weights(data, scales, counts, grid, model)
+        table = coder.table_from_weights(weights)
+    else:
+        meta = {"model": "codebook"}
+        unusable = np.flatnonzero((counts > 0) & (cb.table_ints(table) == 0))
+        if unusable.size:
+            raise InputError(f"the codebook cannot code symbol(s) {unusable[:5].tolist()} of format "
+                             f"{grid.id}; rebuild it with a model (every symbol codable)")
+    bodies = [table.encode(row) for row in sym]
+    return EncodedLayer(meta, table, scales, bodies, counts)
+
+
+def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
+    return {
+        "co3cli_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "format": grid.config(),
+        "tie_rule": TIE_RULE,
+        "scale_rule": scale_rule or ("clip" if grid.clip_sigma is not None else "absmax"),
+        "coder": coder.config(),
+        "model": model,
+        "codebook": codebook_info,
+        "layers": [{"name": n, "shape": list(dump.shape(n)), "numel": dump.numel(n)}
+                   for n in dump.layers],
+        "steps": [int(s) for s in dump.steps],
+        "loss": None if dump.loss is None else [float(v) for v in dump.loss],
+        "source": {k: v for k, v in dump.attrs.items() if isinstance(v, (str, int, float, bool))},
+    }
+
+
+def compress(src, dst, *, format="fp8-e5m2", scale=None, coder="ans", coder_params=None,
+             model="gennorm-zi", codebook=None, nonfinite="error", progress=False) -> CodecResult:
+    """Compress dump ``src`` (path or ``-``) into ``.co3`` file ``dst`` (path or ``-``)."""
+    from co3cli.dump import Dump
+    from co3cli.models import get_model_ids
+
+    t0 = time.perf_counter()
+    grid = get_grid(format)
+    book = None
+    if codebook is not None:
+        book = codebook if isinstance(codebook, cb.Codebook) else cb.load(codebook)
+        book.check_compatible(grid)
+        if coder_params:
+            raise InputError("coder options come from the codebook; do not pass them with --codebook")
+        coder_obj = book.coder
+        model = "codebook"
+    else:
+        coder_obj = get_coder(coder, **(coder_params or {}))
+        if model not in get_model_ids():
+            raise InputError(f"unknown model {model!r}; allowed: {', '.join(get_model_ids())}")
+    with input_path(src, "dump") as path, Dump.open(path, nonfinite=nonfinite) as dump, \
+            output_file(dst) as f:
+        info = None if book is None else {"source": book.source, "checksum": book.checksum}
+        writer = Co3Writer(f, _header(dump, grid, coder_obj, scale, model, info))
+        result = CodecResult(str(dst), 0, 0)
+        for name in _progress(dump.layers, progress, "compress"):
+            data = dump.read_layer(name)
+            table = None if book is None else book.table_for(name)
+            enc = encode_layer(data, grid, coder_obj, scale_rule=scale, model=model, table=table)
+            nbytes = writer.write_layer(enc.meta, enc.table.to_bytes(),
+                                        list(zip(enc.scales.tolist(), enc.bodies)))
+            result.layers.append({"name": name, "entries": int(data.size), "bytes": nbytes,
+                                  "payload_bytes": sum(map(len, enc.bodies))})
+            result.entries += int(data.size)
+            del data, enc
+        result.nbytes = writer.close()
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def read_co3_setup(header: dict):
+    """Grid and coder described by a verified ``.co3`` header."""
+    try:
+        grid = get_grid(header["format"]["id"])
+        cfg = dict(header["coder"])
+        coder = get_coder(cfg.pop("id"), **cfg)
+    except (KeyError, TypeError, InputError) as e:
+        raise CorruptDataError(f"header does not describe a usable format/coder ({e})") from None
+    if grid.config() != header["format"]:
+        raise CorruptDataError(f"header's format {header['format']} disagrees with this co3cli's "
+                               f"definition of {grid.id!r}")
+    return grid, coder
+
+
+def decode_block(block, grid, coder, numel: int) -> np.ndarray:
+    """Symbols (steps, numel) of one verified layer block."""
+    try:
+        table = coder.table_from_bytes(block.table, grid.nsym)
+    except InputError as e:
+        raise CorruptDataError(f"layer {block.name}: bad table ({e})") from None
+    sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
+    for t, body in enumerate(block.bodies):
+        sym[t] = table.decode(body, numel)
+    return sym
+
+
+def decompress(src, dst, *, progress=False) -> CodecResult:
+    """Decode ``.co3`` file ``src`` into a ``co3.gradients/1`` dump ``dst`` of dequantized values."""
+    import json
+
+    from co3cli.dump import DumpWriter
+
+    t0 = time.perf_counter()
+    with input_path(src, ".co3 file") as path, open(path, "rb") as f:
+        co3 = open_co3(f, str(src))
+        h = co3.header
+        grid, coder = read_co3_setup(h)
+        attrs = dict(h.get("source") or {})
+        attrs.update(co3_source=json.dumps({k: h[k] for k in ("format", "coder", "scale_rule",
+                                                                "model", "tie_rule", "co3cli_version")}),
+                     quantized_format=grid.id)
+        result = CodecResult(str(dst), co3.size, 0)
+        with DumpWriter(dst, attrs) as w:
+            w.set_steps(np.asarray(h["steps"], dtype=np.int64),
+                        None if h.get("loss") is None else np.asarray(h["loss"], dtype=np.float32))
+            for block in _progress(co3.layers(), progress, "decompress", total=len(co3.offsets)):
+                lay = h["layers"][block.index]
+                sym = decode_block(block, grid, coder, lay["numel"])
+                values = np.empty(sym.shape, dtype=np.float32)
+                for t in range(sym.shape[0]):
+                    values[t] = dequantize(sym[t], grid, block.scales[t])
+                w.add_layer(lay["name"], values, tuple(lay["shape"]))
+                w.h5.create_dataset(f"co3/scales/{lay['name']}", data=block.scales)
+                result.entries += int(values.size)
+                result.layers.append({"name": lay["name"], "entries": int(values.size),
+                                      "bytes": block.nbytes, "payload_bytes": block.payload_bytes})
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _progress(it, enabled: bool, desc: str, total=None):
+    if not enabled:
+        return it
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(it, desc=desc, total=total, unit="layer", file=sys.stderr,
+                disable=not sys.stderr.isatty())

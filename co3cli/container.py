@@ -1,0 +1,252 @@
+"""The ``.co3`` container: compressed gradient dumps, self-describing and checked.
+
+All integers are little-endian. Every byte is covered by a CRC-32, so any single flipped
+byte is detected before anything is decoded::
+
+    file      := preamble header layer* trailer
+    preamble  := magic "CO3\\x89GRD\\n" (8) | major u16 | minor u16 | header_len u32
+    header    := header_len bytes of UTF-8 JSON | crc32(preamble + JSON) u32
+    layer     := "LYR\\0" | index u32 | meta_len u32 | meta JSON | table_len u32 | table
+                 | crc32(layer head, from "LYR\\0" to the end of the table) u32
+                 | chunk * steps
+    chunk     := body_len u32 | scale f32 | body (coder payload, body_len bytes) | crc32(chunk) u32
+    trailer   := "END\\0" | n_layers u32 | layer offsets u64 * n_layers | file_crc u32 | "\\x89CO3END"
+                 (file_crc = crc32 of every byte before the trailer)
+
+The JSON header records the format (grid config), tie rule, scale rule, coder config,
+model, layer names/shapes, steps, losses, the source dump's attributes and the co3cli
+version. A layer's ``meta`` holds its fitted model parameters (report metadata only: the
+decoder uses the integer ``table``, never floats). Each chunk is one step of one layer and
+decodes on its own given its layer's table. A reader accepts major version 1, any minor
+version; it verifies the file CRC and structure before decoding anything, and each decoder
+must consume its chunk exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+import numpy as np
+
+from co3cli.errors import CorruptDataError, InputError
+
+MAGIC = b"CO3\x89GRD\n"
+END_MAGIC = b"\x89CO3END"
+MAJOR, MINOR = 1, 0
+_PRE = struct.Struct("<8sHHI")
+_U32 = struct.Struct("<I")
+_LAYER_HEAD = struct.Struct("<4sII")
+_CHUNK_HEAD = struct.Struct("<If")
+_TRAILER_HEAD = struct.Struct("<4sI")
+MAX_HEADER = 1 << 30
+
+
+class _CrcWriter:
+    """File wrapper that tracks position and the running CRC-32 of everything written."""
+
+    def __init__(self, f: BinaryIO):
+        self.f, self.pos, self.crc = f, 0, 0
+
+    def write(self, b: bytes) -> None:
+        self.f.write(b)
+        self.pos += len(b)
+        self.crc = zlib.crc32(b, self.crc)
+
+
+class Co3Writer:
+    """Streaming writer: header first, then one layer at a time, then the trailer."""
+
+    def __init__(self, f: BinaryIO, header: dict):
+        self.w = _CrcWriter(f)
+        self.header = header
+        self.offsets: list[int] = []
+        self.layer_bytes: list[int] = []
+        js = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+        pre = _PRE.pack(MAGIC, MAJOR, MINOR, len(js))
+        self.w.write(pre + js + _U32.pack(zlib.crc32(pre + js)))
+
+    def write_layer(self, meta: dict, table: bytes, chunks: list[tuple[float, bytes]]) -> int:
+        """Write one layer block; returns its size in bytes."""
+        idx = len(self.offsets)
+        if idx >= len(self.header["layers"]):
+            raise InputError("more layers written than the header declares")
+        if len(chunks) != len(self.header["steps"]):
+            raise InputError(f"layer {idx}: {len(chunks)} chunks for {len(self.header['steps'])} steps")
+        start = self.w.pos
+        self.offsets.append(start)
+        mj = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
+        head = _LAYER_HEAD.pack(b"LYR\0", idx, len(mj)) + mj + _U32.pack(len(table)) + table
+        self.w.write(head + _U32.pack(zlib.crc32(head)))
+        for scale, body in chunks:
+            c = _CHUNK_HEAD.pack(len(body), scale) + body
+            self.w.write(c + _U32.pack(zlib.crc32(c)))
+        self.layer_bytes.append(self.w.pos - start)
+        return self.layer_bytes[-1]
+
+    def close(self) -> int:
+        """Write the trailer; returns the total file size."""
+        n = len(self.offsets)
+        if n != len(self.header["layers"]):
+            raise InputError(f"{n} layers written, header declares {len(self.header['layers'])}")
+        t = _TRAILER_HEAD.pack(b"END\0", n) + struct.pack(f"<{n}Q", *self.offsets)
+        file_crc = self.w.crc
+        self.w.write(t + _U32.pack(file_crc) + END_MAGIC)
+        return self.w.pos
+
+
+@dataclass
+class LayerBlock:
+    index: int
+    name: str
+    meta: dict
+    table: bytes
+    scales: np.ndarray  # float32 (steps,)
+    bodies: list[bytes]
+    nbytes: int  # whole block, side information included
+    payload_bytes: int = 0
+
+    @property
+    def side_bytes(self) -> int:
+        return self.nbytes - self.payload_bytes
+
+
+@dataclass
+class Co3File:
+    """A verified ``.co3`` file, opened for layer-by-layer reading."""
+
+    f: BinaryIO
+    size: int
+    header: dict
+    offsets: list[int]
+    version: tuple[int, int] = (MAJOR, MINOR)
+    _end: int = field(default=0, repr=False)
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [lay["name"] for lay in self.header["layers"]]
+
+    @property
+    def header_bytes(self) -> int:
+        return self.offsets[0] if self.offsets else self._end
+
+    @property
+    def trailer_bytes(self) -> int:
+        return self.size - self._end
+
+    def read_layer(self, i: int) -> LayerBlock:
+        lay = self.header["layers"][i]
+        nsteps = len(self.header["steps"])
+        start = self.offsets[i]
+        stop = self.offsets[i + 1] if i + 1 < len(self.offsets) else self._end
+        self.f.seek(start)
+        buf = self.f.read(stop - start)
+        if len(buf) != stop - start:
+            raise CorruptDataError("file is truncated")
+        mv = memoryview(buf)
+        pos = _LAYER_HEAD.size
+        if len(buf) < pos:
+            raise CorruptDataError(f"layer {i}: block too short")
+        tag, idx, mlen = _LAYER_HEAD.unpack_from(buf, 0)
+        if tag != b"LYR\0" or idx != i:
+            raise CorruptDataError(f"layer {i}: bad block tag or index")
+        if pos + mlen + 4 > len(buf):
+            raise CorruptDataError(f"layer {i}: metadata overruns the block")
+        meta_raw = bytes(mv[pos:pos + mlen])
+        pos += mlen
+        (tlen,) = _U32.unpack_from(buf, pos)
+        pos += 4
+        if pos + tlen + 4 > len(buf):
+            raise CorruptDataError(f"layer {i}: table overruns the block")
+        table = bytes(mv[pos:pos + tlen])
+        pos += tlen
+        (crc,) = _U32.unpack_from(buf, pos)
+        if crc != zlib.crc32(mv[:pos]):
+            raise CorruptDataError(f"layer {i} ({lay['name']}): header checksum mismatch")
+        pos += 4
+        try:
+            meta = json.loads(meta_raw)
+        except ValueError as e:
+            raise CorruptDataError(f"layer {i}: unreadable metadata ({e})") from None
+        scales = np.empty(nsteps, dtype=np.float32)
+        bodies, payload = [], 0
+        for t in range(nsteps):
+            if pos + _CHUNK_HEAD.size + 4 > len(buf):
+                raise CorruptDataError(f"layer {i} step {t}: chunk overruns the block")
+            blen, scale = _CHUNK_HEAD.unpack_from(buf, pos)
+            end = pos + _CHUNK_HEAD.size + blen
+            if end + 4 > len(buf):
+                raise CorruptDataError(f"layer {i} step {t}: chunk overruns the block")
+            (crc,) = _U32.unpack_from(buf, end)
+            if crc != zlib.crc32(mv[pos:end]):
+                raise CorruptDataError(f"layer {i} ({lay['name']}) step {t}: chunk checksum mismatch")
+            scales[t] = scale
+            bodies.append(bytes(mv[pos + _CHUNK_HEAD.size:end]))
+            payload += blen
+            pos = end + 4
+        if pos != len(buf):
+            raise CorruptDataError(f"layer {i}: {len(buf) - pos} unexpected bytes after its chunks")
+        return LayerBlock(i, lay["name"], meta, table, scales, bodies, len(buf), payload)
+
+    def layers(self) -> Iterator[LayerBlock]:
+        for i in range(len(self.offsets)):
+            yield self.read_layer(i)
+
+
+def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
+    """Verify a seekable ``.co3`` stream (magic, version, CRCs, trailer) and return a reader."""
+    f.seek(0, io.SEEK_END)
+    size = f.tell()
+    f.seek(0)
+    pre = f.read(_PRE.size)
+    if len(pre) < _PRE.size or pre[:8] != MAGIC:
+        raise CorruptDataError(f"{name} is not a .co3 file (bad magic)")
+    _, major, minor, hlen = _PRE.unpack(pre)
+    if major != MAJOR:
+        raise CorruptDataError(f"{name} has .co3 format version {major}.{minor}; this co3cli reads "
+                               f"version {MAJOR}.x (upgrade co3cli)")
+    if hlen > MAX_HEADER or _PRE.size + hlen + 4 > size:
+        raise CorruptDataError(f"{name} is truncated or its header length is corrupt")
+    js = f.read(hlen)
+    (hcrc,) = _U32.unpack(f.read(4))
+    if hcrc != zlib.crc32(pre + js):
+        raise CorruptDataError(f"{name}: header checksum mismatch")
+    try:
+        header = json.loads(js)
+        nlayers = len(header["layers"])
+        len(header["steps"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptDataError(f"{name}: unreadable header ({e})") from None
+    tsize = _TRAILER_HEAD.size + 8 * nlayers + 4 + len(END_MAGIC)
+    end = size - tsize
+    if end < _PRE.size + hlen + 4:
+        raise CorruptDataError(f"{name} is truncated (no room for the trailer)")
+    f.seek(end)
+    tr = f.read(tsize)
+    tag, n = _TRAILER_HEAD.unpack_from(tr, 0)
+    if tag != b"END\0" or n != nlayers or tr[-len(END_MAGIC):] != END_MAGIC:
+        raise CorruptDataError(f"{name} is truncated or its trailer is corrupt")
+    offsets = list(struct.unpack_from(f"<{n}Q", tr, _TRAILER_HEAD.size))
+    (file_crc,) = _U32.unpack_from(tr, _TRAILER_HEAD.size + 8 * n)
+    f.seek(0)
+    crc, left = 0, end
+    while left:
+        b = f.read(min(left, 1 << 24))
+        if not b:
+            raise CorruptDataError(f"{name} is truncated")
+        crc = zlib.crc32(b, crc)
+        left -= len(b)
+    if crc != file_crc:
+        raise CorruptDataError(f"{name}: file checksum mismatch (corrupted data)")
+    first = _PRE.size + hlen + 4
+    expect = first
+    if offsets and offsets[0] != first or any(b <= a for a, b in zip(offsets, offsets[1:])) or \
+            (offsets and offsets[-1] >= end):
+        raise CorruptDataError(f"{name}: layer index is inconsistent")
+    if not offsets and end != expect:
+        raise CorruptDataError(f"{name}: unexpected bytes between header and trailer")
+    return Co3File(f, size, header, offsets, (major, minor), end)

@@ -1,0 +1,85 @@
+"""File plumbing shared by the commands: ``-`` for stdin/stdout, and no partial outputs.
+
+Inputs named ``-`` are spooled to a temporary file (HDF5 and ``.co3`` readers seek).
+Outputs go to a temporary file beside the target (or in the temp dir for ``-``) and are
+renamed into place, or copied to stdout, only when the writer finished without error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from co3cli.errors import InputError
+
+_CHUNK = 1 << 22
+
+
+@contextlib.contextmanager
+def input_path(path: str | os.PathLike, what: str = "input") -> Iterator[Path]:
+    """A real, seekable path for ``path``; ``-`` spools stdin to a temporary file."""
+    if str(path) != "-":
+        p = Path(path)
+        if not p.exists():
+            raise InputError(f"{what} {str(p)!r} does not exist")
+        if not p.is_file():
+            raise InputError(f"{what} {str(p)!r} is not a file")
+        yield p
+        return
+    if sys.stdin is None or sys.stdin.isatty():
+        raise InputError(f"{what} is '-' but nothing is piped to stdin")
+    fd, tmp = tempfile.mkstemp(prefix="co3-stdin-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            shutil.copyfileobj(sys.stdin.buffer, f, _CHUNK)
+        yield Path(tmp)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def output_file(path: str | os.PathLike, overwrite: bool = True) -> Iterator[BinaryIO]:
+    """A binary file to write ``path`` through; it appears only if the block succeeds."""
+    with output_path(path, overwrite) as tmp, open(tmp, "wb") as f:
+        yield f
+
+
+@contextlib.contextmanager
+def output_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
+    """A temporary path to write; renamed to ``path`` (or copied to stdout for ``-``) on success."""
+    to_stdout = str(path) == "-"
+    if to_stdout:
+        if sys.stdout is None:
+            raise InputError("output is '-' but there is no stdout")
+        directory = None
+    else:
+        target = Path(path)
+        if target.is_dir():
+            raise InputError(f"output {str(target)!r} is a directory")
+        if target.exists() and not overwrite:
+            raise InputError(f"output {str(target)!r} exists (use --force to overwrite)")
+        directory = target.parent if str(target.parent) else Path(".")
+        if not directory.is_dir():
+            raise InputError(f"output folder {str(directory)!r} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".co3-tmp-", dir=directory)
+    except OSError as e:
+        raise InputError(f"cannot write to {str(directory or tempfile.gettempdir())!r}: {e.strerror}") from None
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        if to_stdout:
+            with open(tmp, "rb") as f:
+                shutil.copyfileobj(f, sys.stdout.buffer, _CHUNK)
+            sys.stdout.buffer.flush()
+        else:
+            os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

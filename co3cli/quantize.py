@@ -1,0 +1,217 @@
+"""Convert: scale a tensor, round it to a grid, and map it to integer symbols (and back).
+
+    y = float32(x * scale)                      (one IEEE float32 multiply)
+    k = nearest magnitude index of |y|          (ties to the even index, saturating at K)
+    s = K + sign(y) * k                         (the zero symbol K has no sign)
+    x_hat = float32(values[s]) / float32(scale) (dequantize)
+
+Three paths compute ``s`` and agree bit for bit (the tests check every code, every
+midpoint and the neighbours of every tie):
+
+* ``numba`` (default): one fused pass that also counts symbols; exact arithmetic rounding
+  (|y| is exact in float64, the quantum is a power of two, ``rint`` rounds half to even);
+* ``reference``: numpy ``searchsorted`` over the cell edges with explicit tie handling;
+* ``torch``: torch's float8 casts, for ``fp8-e5m2`` and ``fp8-e4m3`` only.
+
+Scale rules (the scale is per tensor, stored as float32 side information):
+
+* ``absmax``: ``max|x|`` maps to the grid's largest value;
+* ``gennorm-mse``: ``c(beta)/alpha`` from a zero-inflated GenNorm fit, with ``c`` the
+  numerically MSE-optimal unit pre-scale on this grid (``co3cli.models``);
+* ``co3-poly``: the CO3 authors' fp4 polynomial ``max(p(beta), 0.0009) / alpha``;
+* ``clip``: ``K / (X * rms(x))``, implied by ``uniformB-cX`` grids.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from co3cli.errors import InputError
+from co3cli.formats import Grid
+
+SCALE_RULES = ("absmax", "gennorm-mse", "co3-poly")
+TIE_RULE = "nearest, ties to even magnitude index; saturate at +-max; -0 == +0"
+FIT_SAMPLE = 1 << 18  # entries used to fit the model behind a model-based scale
+_F32_MAX = float(np.finfo(np.float32).max)
+_kernel = None
+
+
+def _get_kernel():
+    global _kernel
+    if _kernel is None:
+        from numba import njit
+
+        @njit(cache=True, nogil=True)
+        def quantize_kernel(x, scale, is_fp, man_bits, emin, kmax, vmax, out, counts):
+            """Returns the number of non-finite products (their symbols are undefined).
+
+            Normal-range fp rounding works on the float32 bit pattern: adding
+            ``2**(sh-1) - 1 + lsb`` then shifting right by ``sh = 23 - M`` rounds the mantissa
+            half-to-even and carries into the exponent, giving ``(exp << M) | mant``.
+            """
+            ybuf = np.empty(4096, dtype=np.float32)
+            ubuf = ybuf.view(np.uint32)
+            sh = 23 - man_bits
+            half = (1 << (sh - 1)) - 1
+            offset = (127 + emin - 1) << man_bits
+            sub_mul = math.ldexp(1.0, man_bits - emin)
+            lim_sub = math.ldexp(1.0, emin)
+            bad = 0
+            for start in range(0, x.size, ybuf.size):
+                stop = min(start + ybuf.size, x.size)
+                for i in range(start, stop):
+                    ybuf[i - start] = x[i] * scale  # float32 * float32 -> float32
+                for i in range(start, stop):
+                    y = ybuf[i - start]
+                    b = ubuf[i - start] & 0x7FFFFFFF
+                    if b >= 0x7F800000:  # NaN or Inf
+                        bad += 1
+                        out[i] = kmax
+                        continue
+                    a = abs(np.float64(y))
+                    if a >= vmax:
+                        k = kmax
+                    elif not is_fp:
+                        k = np.int64(np.rint(a))
+                    elif a < lim_sub:  # the grid's subnormal range: a fixed quantum
+                        k = np.int64(np.rint(a * sub_mul))
+                    elif b < 0x00800000:  # float32 subnormal inside the grid's normal range
+                        e = math.frexp(a)[1] - 1
+                        k = (e - emin) * (1 << man_bits) + np.int64(
+                            np.rint(math.ldexp(a, man_bits - e)))
+                    else:
+                        k = np.int64((b + half + ((b >> sh) & 1)) >> sh) - offset
+                    if k > kmax:
+                        k = kmax
+                    s = kmax - k if y < 0 else kmax + k
+                    out[i] = s
+                    counts[s] += 1
+            return bad
+
+        _kernel = quantize_kernel
+    return _kernel
+
+
+def _as_f32_1d(x) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        if not np.issubdtype(x.dtype, np.floating):
+            raise InputError(f"expected floating-point values, got dtype {x.dtype}")
+        x = x.astype(np.float32)
+    return np.ascontiguousarray(x).reshape(-1)
+
+
+def _check_scale(scale) -> np.float32:
+    s = np.float32(scale)
+    if not (np.isfinite(s) and s > 0):
+        raise InputError(f"scale must be a finite positive float32, got {scale!r}")
+    return s
+
+
+def quantize(x, grid: Grid, scale, *, with_counts: bool = False, path: str = "numba"):
+    """Symbols (uint16) of ``x`` on ``grid`` at ``scale``; optionally also their counts."""
+    x = _as_f32_1d(x)
+    s = _check_scale(scale)
+    if path == "numba":
+        out = np.empty(x.size, dtype=np.uint16)
+        counts = np.zeros(grid.nsym, dtype=np.int64)
+        is_fp = grid.kind == "fp"
+        bad = _get_kernel()(x, s, is_fp, grid.man_bits if is_fp else 0, grid.emin if is_fp else 0,
+                            grid.K, grid.max_value, out, counts)
+        if bad:
+            raise InputError(f"{bad} non-finite value(s) (NaN/Inf, or overflow of x*scale) "
+                             "cannot be quantized")
+    elif path == "reference":
+        out = quantize_reference(x, grid, s)
+        counts = np.bincount(out, minlength=grid.nsym).astype(np.int64)
+    elif path == "torch":
+        out = quantize_torch(x, grid, s)
+        counts = np.bincount(out, minlength=grid.nsym).astype(np.int64)
+    else:
+        raise InputError(f"unknown quantizer path {path!r}; allowed: numba, reference, torch")
+    return (out, counts) if with_counts else out
+
+
+def quantize_reference(x, grid: Grid, scale) -> np.ndarray:
+    """Readable numpy oracle: ``searchsorted`` over cell edges, ties to the even index."""
+    x = _as_f32_1d(x)
+    y = x * _check_scale(scale)
+    if not np.all(np.isfinite(y)):
+        raise InputError("non-finite value(s) (NaN/Inf, or overflow of x*scale) cannot be quantized")
+    a = np.abs(y.astype(np.float64))
+    edges = grid.edges
+    k = np.searchsorted(edges, a, side="left")  # number of edges strictly below a
+    tie = (k < grid.K) & (edges[np.minimum(k, grid.K - 1)] == a)
+    k = np.where(tie & (k % 2 == 1), k + 1, k)  # at a midpoint between k and k+1 take the even one
+    k = np.minimum(k, grid.K)
+    return np.where(y < 0, grid.K - k, grid.K + k).astype(np.uint16)
+
+
+_TORCH_DTYPES = {"fp8-e5m2": "float8_e5m2", "fp8-e4m3": "float8_e4m3fn"}
+
+
+def quantize_torch(x, grid: Grid, scale) -> np.ndarray:
+    """torch float8 cast path (fp8-e5m2, fp8-e4m3 only); saturates before casting."""
+    import torch
+
+    if grid.id not in _TORCH_DTYPES:
+        raise InputError(f"the torch path supports {sorted(_TORCH_DTYPES)}, not {grid.id!r}")
+    t = torch.from_numpy(_as_f32_1d(x)) * torch.tensor(_check_scale(scale), dtype=torch.float32)
+    if not bool(torch.isfinite(t).all()):
+        raise InputError("non-finite value(s) (NaN/Inf, or overflow of x*scale) cannot be quantized")
+    t = t.clamp_(-grid.max_value, grid.max_value)
+    codes = t.to(getattr(torch, _TORCH_DTYPES[grid.id])).view(torch.uint8).numpy()
+    mag = (codes & 0x7F).astype(np.int64)
+    return np.where(codes & 0x80, grid.K - mag, grid.K + mag).astype(np.uint16)
+
+
+def dequantize(sym, grid: Grid, scale) -> np.ndarray:
+    """float32 values ``values[sym] / scale``."""
+    sym = np.asarray(sym)
+    if sym.size and int(sym.max()) >= grid.nsym:
+        raise InputError(f"symbol {int(sym.max())} out of range for {grid.id} ({grid.nsym} symbols)")
+    return grid.values[sym] / _check_scale(scale)
+
+
+def _to_f32_scale(s: float) -> np.float32:
+    """Clamp a positive float64 scale into float32's normal range."""
+    return np.float32(min(max(s, 2.0**-126), 2.0**127))
+
+
+def fit_sample(x: np.ndarray, limit: int = FIT_SAMPLE) -> np.ndarray:
+    """Deterministic evenly strided subsample of at most ``limit`` entries."""
+    step = max(1, -(-x.size // limit))
+    return x[::step]
+
+
+def compute_scale(x, grid: Grid, rule: str | None = None) -> np.float32:
+    """Per-tensor scale for ``rule`` (``None``: ``absmax``, or ``clip`` for ``uniformB-cX``)."""
+    x = _as_f32_1d(x)
+    if grid.clip_sigma is not None:
+        if rule not in (None, "clip"):
+            raise InputError(f"format {grid.id!r} fixes its scale (clip at {grid.clip_sigma:g} "
+                             f"sigma); do not combine it with scale rule {rule!r}")
+        rule = "clip"
+    rule = rule or "absmax"
+    if x.size == 0:
+        raise InputError("cannot compute a scale for an empty tensor")
+    if rule == "absmax":
+        amax = float(np.max(np.abs(x)))
+        return _to_f32_scale(grid.max_value / amax) if amax > 0 else np.float32(1.0)
+    if rule == "clip":
+        rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
+        return _to_f32_scale(grid.max_value / (grid.clip_sigma * rms)) if rms > 0 else np.float32(1.0)
+    if rule in ("gennorm-mse", "co3-poly"):
+        from co3cli import models
+
+        fit = models.fit(fit_sample(x), "gennorm-zi")
+        if fit.n_nonzero == 0:
+            return np.float32(1.0)
+        beta, alpha = fit.params["beta"], fit.params["scale"]
+        if rule == "gennorm-mse":
+            return _to_f32_scale(models.gennorm_mse_unit_scale(grid, beta) / alpha)
+        return _to_f32_scale(models.co3_poly_scale(beta, alpha))
+    raise InputError(f"unknown scale rule {rule!r}; allowed: {', '.join(SCALE_RULES)} "
+                     "(clip is implied by uniformB-cX formats)")
