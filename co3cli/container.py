@@ -11,7 +11,7 @@ byte is detected before anything is decoded::
                  | chunk * steps
     chunk     := body_len u32 | scale f32 | body (coder payload, body_len bytes) | crc32(chunk) u32
     trailer   := "END\\0" | n_layers u32 | layer offsets u64 * n_layers | file_crc u32 | "\\x89CO3END"
-                 (file_crc = crc32 of every byte before the trailer)
+                 (file_crc = crc32 of every byte before it, trailer head and offsets included)
 
 The JSON header records the format (grid config), tie rule, scale rule, coder config,
 model, layer names/shapes, steps, losses, the source dump's attributes and the co3cli
@@ -93,9 +93,8 @@ class Co3Writer:
         n = len(self.offsets)
         if n != len(self.header["layers"]):
             raise InputError(f"{n} layers written, header declares {len(self.header['layers'])}")
-        t = _TRAILER_HEAD.pack(b"END\0", n) + struct.pack(f"<{n}Q", *self.offsets)
-        file_crc = self.w.crc
-        self.w.write(t + _U32.pack(file_crc) + END_MAGIC)
+        self.w.write(_TRAILER_HEAD.pack(b"END\0", n) + struct.pack(f"<{n}Q", *self.offsets))
+        self.w.write(_U32.pack(self.w.crc) + END_MAGIC)
         return self.w.pos
 
 
@@ -233,7 +232,7 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
     offsets = list(struct.unpack_from(f"<{n}Q", tr, _TRAILER_HEAD.size))
     (file_crc,) = _U32.unpack_from(tr, _TRAILER_HEAD.size + 8 * n)
     f.seek(0)
-    crc, left = 0, end
+    crc, left = 0, size - 4 - len(END_MAGIC)
     while left:
         b = f.read(min(left, 1 << 24))
         if not b:

@@ -79,8 +79,11 @@ def layer_metrics(counts, pmf, beta, nbytes, payload_bytes) -> dict:
     }
 
 
-def report_co3(path, name: str | None = None, progress: bool = False) -> dict:
-    """Decode a ``.co3`` file's symbols and measure every layer (see the module docstring)."""
+def report_co3(path, name: str | None = None, progress: bool = False, keep_hist: bool = False) -> dict:
+    """Decode a ``.co3`` file's symbols and measure every layer (see the module docstring).
+
+    ``keep_hist`` adds each layer's symbol counts and model pmf under ``hist`` (for plots).
+    """
     from co3cli.codec import _progress, decode_block, read_co3_setup
 
     with input_path(path, ".co3 file") as p, open(p, "rb") as f:
@@ -95,6 +98,10 @@ def report_co3(path, name: str | None = None, progress: bool = False) -> dict:
             pmf, beta = _model_pmf(block.meta, table, grid)
             m = layer_metrics(counts, pmf, beta, block.nbytes, block.payload_bytes)
             layers.append({"name": lay["name"], "shape": lay["shape"], **m})
+            if keep_hist:
+                layers[-1]["hist"] = {"counts": counts.tolist(), "pmf": pmf.tolist(),
+                                      "values": grid.values.tolist(),
+                                      "model": block.meta.get("model")}
         total = summarize(layers, co3.size)
         return {"file": name or str(path), "format": grid.id, "coder": co3.header["coder"],
                 "model": co3.header["model"], "scale_rule": co3.header["scale_rule"],
@@ -119,7 +126,8 @@ def summarize(layers: list[dict], file_bytes: int) -> dict:
 
 
 def report_dump(path, *, format="fp8-e5m2", scale=None, coder="ans", coder_params=None,
-                model="gennorm-zi", codebook=None, nonfinite="error", progress=False) -> dict:
+                model="gennorm-zi", codebook=None, nonfinite="error", progress=False,
+                keep_hist=False) -> dict:
     """Compress a dump (to a temporary file) and report on the real bytes."""
     import os
     import tempfile
@@ -131,7 +139,8 @@ def report_dump(path, *, format="fp8-e5m2", scale=None, coder="ans", coder_param
     try:
         compress(path, tmp, format=format, scale=scale, coder=coder, coder_params=coder_params,
                  model=model, codebook=codebook, nonfinite=nonfinite, progress=progress)
-        out = report_co3(tmp, name=f"{path} (compressed in memory)", progress=progress)
+        out = report_co3(tmp, name=f"{path} (compressed to a temporary file)", progress=progress,
+                         keep_hist=keep_hist)
     finally:
         os.unlink(tmp)
     out["source"] = str(path)

@@ -166,16 +166,19 @@ def report_cli(
 
     with input_path(input, "input") as p:
         if _is_co3(p):
-            rep = report.report_co3(p, name=input, progress=not quiet)
+            rep = report.report_co3(p, name=input, progress=not quiet, keep_hist=plot is not None)
         else:
             rep = report.report_dump(p, format=format, scale=scale, coder=coder,
                                      coder_params=_coder_params(max_len, precision), model=model,
-                                     nonfinite=nonfinite, progress=not quiet)
+                                     nonfinite=nonfinite, progress=not quiet,
+                                     keep_hist=plot is not None)
             rep["source"] = input
     if plot is not None:
         from co3cli.plot import plot_report
 
         plot_report(rep, plot)
+        for lay in rep["layers"]:
+            lay.pop("hist")
     _emit(json.dumps(rep, indent=1) if json_out else bits_table(rep))
 
 
@@ -296,7 +299,7 @@ def capture_cli(
     steps: int = typer.Option(100, "--steps", help="Training steps."),
     every: int = typer.Option(1, "--every", help="Record every N-th step."),
     batch_size: int = typer.Option(64, "--batch-size"),
-    lr: float = typer.Option(0.05, "--lr"),
+    lr: Optional[float] = typer.Option(None, "--lr", help="Learning rate (default: 0.1 sgd, 1e-3 adam)."),
     momentum: float = typer.Option(0.0, "--momentum"),
     optimizer: str = typer.Option("sgd", "--optimizer", help="sgd or adam."),
     layers: str = typer.Option("*", "--layers", help="Glob over parameter names."),

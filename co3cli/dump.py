@@ -1,0 +1,742 @@
+"""The gradient dump: raw per-layer, per-step gradients in HDF5, schema ``co3.gradients/1``.
+
+A dump is what ``co3 capture`` writes and what ``co3 fit`` / ``co3 compress`` read. It is plain
+HDF5, so anyone can write one with h5py alone::
+
+    /                       root group
+      attrs:
+        schema         str    "co3.gradients/1"  (required; the reader accepts major version 1:
+                              "co3.gradients/1" or "co3.gradients/1.<minor>")
+        layers         str    JSON list of layer names in their natural (model) order (optional;
+                              datasets it does not list follow in sorted order; without it
+                              the reader sorts all names)
+        task, model, optimizer, lr, seed, co3cli_version, torch_version,
+        created (ISO 8601 UTC), config (JSON string)      provenance: what made the dump
+        ...                   any other attributes are allowed and ignored by the reader
+      grads/                group: one dataset per parameter
+        <name>         float32 (steps, numel)   row i = the flattened gradient at steps[i]
+          attrs: shape  int64 array             the parameter's shape; prod(shape) == numel
+      steps            int64 (steps,)           training step index of each row (required)
+      loss             float32 (steps,)         training loss at each step (optional)
+      ...                   other groups (e.g. ``co3/`` in a decompressed dump) are ignored
+
+Layer names are dataset paths relative to ``grads``; the group is walked recursively, so
+``grads/raw/fc1.weight`` is the layer ``raw/fc1.weight``. Rows are C-order flattenings of the
+parameter (``g.reshape(-1)``). Writers should store float32; the reader accepts any real numeric
+dtype and any HDF5 layout or standard filter (chunked, gzip) and returns float32.
+
+Reading is lazy and validated. ``Dump.open`` checks the structure (schema version, ``grads``,
+``steps``, ``loss``, every layer's rank, rows and ``shape`` attribute) without reading data;
+``Dump.read_layer`` reads one layer (memory bounded by one layer) and applies the non-finite
+policy: ``"error"`` rejects NaN/Inf, ``"zero"`` replaces them by 0 and counts them in
+``Dump.nonfinite_counts``::
+
+    with Dump.open("dump.h5") as d:
+        for name in d.layers:
+            g = d.read_layer(name)          # float32 (steps, numel)
+
+Writing goes to a temporary file that is renamed into place only on success, so a failed
+capture never leaves a half-written dump behind. HDF5 needs a seekable file, so writing to
+stdout (``-``) or a file object spools to a temporary file and copies it out at the end::
+
+    with DumpWriter("dump.h5", {"task": "digits-mlp"}) as w:     # whole layers at once
+        w.add_layer("fc1.weight", g, shape=(64, 64))               # g: (steps, 4096)
+        w.set_steps(np.arange(steps), loss=loss)
+
+    with DumpWriter("dump.h5", attrs) as w:                         # or streaming, step by step
+        for step, grads, loss in training:
+            w.append_step(step, grads, loss)                        # grads: {name: array}
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from co3cli import __version__
+from co3cli.errors import InputError
+
+SCHEMA = "co3.gradients/1"
+"""The schema string this module writes."""
+
+SCHEMA_MAJOR = 1
+_SCHEMA_RE = re.compile(r"^co3\.gradients/(\d+)(?:\.(\d+))?$")
+
+NONFINITE_POLICIES = ("error", "zero")
+
+# Rows per chunk of a dataset grown by append_step: about this many bytes per chunk.
+_CHUNK_BYTES = 1 << 14
+_MAX_CHUNK_ROWS = 64
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _check_layer_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise InputError(f"layer name {name!r} is not a non-empty string")
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise InputError(
+            f"layer name {name!r} is not a valid relative HDF5 path "
+            "(no leading/trailing '/', no empty, '.' or '..' components)"
+        )
+    return name
+
+
+def _attr_value(key: str, value: Any) -> Any:
+    """Convert a Python value to something h5py stores as an attribute."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, (str, bool, int, float, np.generic, np.ndarray)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise InputError(
+        f"attribute {key!r}: cannot store a value of type {type(value).__name__} "
+        "(use str, int, float, bool, a numpy array, or a dict/list stored as JSON)"
+    )
+
+
+def _decode_attr(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            return _decode_attr(value[()])
+        return [_decode_attr(v) for v in value.tolist()]
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def _describe(target: Any) -> str:
+    if target == "-":
+        return "<stdout>"
+    if isinstance(target, (str, os.PathLike)):
+        return os.fspath(target)
+    return getattr(target, "name", None) or "<file object>"
+
+
+class DumpWriter:
+    """Write a ``co3.gradients/1`` dump to a path, ``-`` (stdout) or a binary file object.
+
+    Use as a context manager. Layers are written either whole (``add_layer`` + ``set_steps``)
+    or one training step at a time (``append_step``); the two styles cannot be mixed in one
+    file. ``h5`` is the open ``h5py.File`` for callers that add their own groups or attributes.
+    On a clean exit the root attribute ``layers`` is written (the order of ``add_layer`` /
+    ``append_step``, then any other datasets under ``grads`` sorted), the file is validated
+    exactly as ``Dump.open`` validates it, and only then moved into place; on an exception or a
+    failed check nothing is left behind (an existing file at the path is untouched).
+
+    ``attrs`` become root attributes (dicts and lists are stored as JSON strings). ``schema``,
+    ``created`` (ISO UTC) and ``co3cli_version`` are filled in, and ``torch_version`` too when
+    torch is already imported, unless ``attrs`` gives them. ``compression`` is ``None`` or
+    ``"gzip"`` (with the shuffle filter) for the layer datasets.
+    """
+
+    def __init__(
+        self,
+        path_or_fileobj: str | os.PathLike | BinaryIO,
+        attrs: Mapping[str, Any] | None = None,
+        *,
+        compression: str | None = None,
+    ):
+        import h5py
+
+        if compression not in (None, "gzip"):
+            raise InputError(f"compression={compression!r} is not one of None, 'gzip'")
+        self._compression = compression
+        self._target = path_or_fileobj
+        self._label = _describe(path_or_fileobj)
+        self._layers: list[str] = []
+        self._nrows: int | None = None  # rows of the layers written so far
+        self._steps_set = False
+        self._mode: str | None = None  # "whole" or "append"
+        self._append_shapes: dict[str, tuple[int, ...]] = {}
+        self._append_has_loss: bool | None = None
+        self._closed = False
+
+        if isinstance(path_or_fileobj, (str, os.PathLike)) and os.fspath(path_or_fileobj) != "-":
+            final = Path(os.fspath(path_or_fileobj))
+            if final.is_dir():
+                raise InputError(f"cannot write dump {final}: it is a directory")
+            parent = final.parent
+            if not parent.is_dir():
+                raise InputError(f"cannot write dump {final}: directory {parent} does not exist")
+            self._tmp = parent / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+            self._final: Path | None = final
+        elif path_or_fileobj == "-" or hasattr(path_or_fileobj, "write"):
+            fd, tmp = tempfile.mkstemp(prefix="co3-dump-", suffix=".h5.tmp")
+            os.close(fd)
+            os.unlink(tmp)
+            self._tmp = Path(tmp)
+            self._final = None
+        else:
+            raise InputError(
+                f"dump output {path_or_fileobj!r} is not a path, '-' or a binary file object"
+            )
+
+        try:
+            self.h5 = h5py.File(self._tmp, "x")
+        except OSError as exc:
+            raise InputError(f"cannot write dump {self._label}: {exc}") from exc
+        try:
+            root = dict(attrs or {})
+            root.setdefault("schema", SCHEMA)
+            root.setdefault("created", _utc_now())
+            root.setdefault("co3cli_version", __version__)
+            if "torch" in sys.modules and "torch_version" not in root:
+                root["torch_version"] = str(sys.modules["torch"].__version__)
+            for key, value in root.items():
+                self.h5.attrs[key] = _attr_value(key, value)
+            self._grads = self.h5.create_group("grads")
+        except BaseException:
+            self._abort()
+            raise
+
+    # -- context manager -------------------------------------------------------------------
+    def __enter__(self) -> DumpWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.close()
+        else:
+            self._abort()
+        return False
+
+    # -- writing ---------------------------------------------------------------------------
+    def _set_mode(self, mode: str) -> None:
+        if self._closed:
+            raise InputError(f"dump {self._label} is already closed")
+        if self._mode is not None and self._mode != mode:
+            raise InputError(
+                f"dump {self._label}: cannot mix add_layer/set_steps with append_step in one file"
+            )
+        self._mode = mode
+
+    def _check_rows(self, rows: int, what: str) -> None:
+        if self._nrows is None:
+            self._nrows = rows
+        elif rows != self._nrows:
+            raise InputError(
+                f"dump {self._label}: {what} has {rows} rows/steps "
+                f"but earlier data has {self._nrows}"
+            )
+
+    def add_layer(
+        self,
+        name: str,
+        data: np.ndarray,
+        shape: tuple[int, ...],
+        attrs: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write one whole layer: ``data`` is (steps, numel), stored as float32 ``grads/<name>``."""
+        self._set_mode("whole")
+        name = _check_layer_name(name)
+        if name in self._layers:
+            raise InputError(f"dump {self._label}: layer {name!r} was already written")
+        arr = np.asarray(data)
+        if arr.dtype.kind not in "fiu":
+            raise InputError(f"layer {name!r}: dtype {arr.dtype} is not a real number type")
+        if arr.ndim != 2:
+            raise InputError(
+                f"layer {name!r}: data must be 2-D (steps, numel), got shape {arr.shape}"
+            )
+        shape_arr = np.asarray(tuple(shape), dtype=np.int64).reshape(-1)
+        if np.any(shape_arr < 0):
+            raise InputError(f"layer {name!r}: shape {tuple(shape)} has a negative dimension")
+        numel = int(np.prod(shape_arr)) if shape_arr.size else 1
+        if arr.shape[1] != numel:
+            raise InputError(
+                f"layer {name!r}: data has {arr.shape[1]} columns but shape {tuple(shape)} "
+                f"has {numel} entries"
+            )
+        if numel == 0 or arr.shape[0] == 0:
+            raise InputError(f"layer {name!r} is empty (data shape {arr.shape})")
+        self._check_rows(arr.shape[0], f"layer {name!r}")
+        kwargs = {}
+        if self._compression:
+            kwargs = dict(compression="gzip", shuffle=True)
+        ds = self._grads.create_dataset(name, data=arr.astype(np.float32, copy=False), **kwargs)
+        ds.attrs["shape"] = shape_arr
+        for key, value in (attrs or {}).items():
+            if key == "shape":
+                raise InputError(f"layer {name!r}: attribute 'shape' is reserved")
+            ds.attrs[key] = _attr_value(key, value)
+        self._layers.append(name)
+
+    def set_steps(self, steps: Any, loss: Any = None) -> None:
+        """Write ``steps`` (int64) and optionally ``loss`` (float32), one entry per row."""
+        self._set_mode("whole")
+        if self._steps_set:
+            raise InputError(f"dump {self._label}: steps were already set")
+        steps_arr = np.asarray(steps)
+        if steps_arr.ndim != 1 or steps_arr.size == 0:
+            raise InputError(f"steps must be a non-empty 1-D array, got shape {steps_arr.shape}")
+        if steps_arr.dtype.kind not in "iu":
+            raise InputError(f"steps must be integers, got dtype {steps_arr.dtype}")
+        self._check_rows(steps_arr.size, "steps")
+        if loss is not None:
+            loss_arr = np.asarray(loss, dtype=np.float32)
+            if loss_arr.shape != steps_arr.shape:
+                raise InputError(
+                    f"loss has shape {loss_arr.shape} but steps has shape {steps_arr.shape}"
+                )
+            self.h5.create_dataset("loss", data=loss_arr)
+        self.h5.create_dataset("steps", data=steps_arr.astype(np.int64))
+        self._steps_set = True
+
+    def append_step(self, step: int, grads: Mapping[str, Any], loss: float | None = None) -> None:
+        """Append one training step: ``grads`` maps layer name -> gradient (any shape).
+
+        The first call fixes the layers, their order and shapes; later calls must give the
+        same names with the same shapes, and give ``loss`` always or never. Memory is bounded
+        by one step: each call appends a row to resizable datasets.
+        """
+        self._set_mode("append")
+        if not grads:
+            raise InputError(f"dump {self._label}: append_step got no gradients")
+        first = self._nrows is None
+        if first:
+            self._append_has_loss = loss is not None
+            for name, g in grads.items():
+                _check_layer_name(name)
+                shape = tuple(int(d) for d in np.shape(g))
+                numel = math.prod(shape)
+                if numel == 0:
+                    raise InputError(f"layer {name!r} is empty (shape {shape})")
+                rows = max(1, min(_MAX_CHUNK_ROWS, _CHUNK_BYTES // (4 * numel)))
+                kwargs = {}
+                if self._compression:
+                    kwargs = dict(compression="gzip", shuffle=True)
+                ds = self._grads.create_dataset(
+                    name,
+                    shape=(0, numel),
+                    maxshape=(None, numel),
+                    dtype=np.float32,
+                    chunks=(rows, numel),
+                    **kwargs,
+                )
+                ds.attrs["shape"] = np.asarray(shape, dtype=np.int64)
+                self._append_shapes[name] = shape
+                self._layers.append(name)
+            self.h5.create_dataset(
+                "steps", shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(256,)
+            )
+            if self._append_has_loss:
+                self.h5.create_dataset(
+                    "loss", shape=(0,), maxshape=(None,), dtype=np.float32, chunks=(256,)
+                )
+            self._nrows = 0
+        else:
+            if list(grads) != self._layers:
+                raise InputError(
+                    f"dump {self._label}: append_step got layers {list(grads)} "
+                    f"but the first step had {self._layers}"
+                )
+            if (loss is not None) != self._append_has_loss:
+                raise InputError(f"dump {self._label}: give loss on every append_step or on none")
+        row = self._nrows
+        for name, g in grads.items():
+            arr = np.asarray(g)
+            if arr.dtype.kind not in "fiu":
+                raise InputError(f"layer {name!r}: dtype {arr.dtype} is not a real number type")
+            if tuple(arr.shape) != self._append_shapes[name]:
+                raise InputError(
+                    f"layer {name!r}: step {step} has shape {tuple(arr.shape)}, "
+                    f"expected {self._append_shapes[name]}"
+                )
+            ds = self._grads[name]
+            ds.resize(row + 1, axis=0)
+            ds[row] = arr.reshape(-1).astype(np.float32, copy=False)
+        ds = self.h5["steps"]
+        ds.resize(row + 1, axis=0)
+        ds[row] = int(step)
+        if self._append_has_loss:
+            ds = self.h5["loss"]
+            ds.resize(row + 1, axis=0)
+            ds[row] = np.float32(loss)
+        self._nrows = row + 1
+
+    # -- finishing -------------------------------------------------------------------------
+    def _abort(self) -> None:
+        self._closed = True
+        try:
+            self.h5.close()
+        except Exception:  # noqa: BLE001 - already failing; the temp file is removed below
+            pass
+        try:
+            self._tmp.unlink()
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        """Check the dump is complete, then move it into place (or copy it to stdout/file)."""
+        if self._closed:
+            return
+        try:
+            import h5py
+
+            found: list[str] = []
+            self.h5["grads"].visititems(
+                lambda name, obj: found.append(name) if isinstance(obj, h5py.Dataset) else None
+            )
+            if not found:
+                raise InputError(f"dump {self._label}: no layers were written")
+            if "steps" not in self.h5:
+                raise InputError(
+                    f"dump {self._label}: no steps were recorded (call set_steps or append_step)"
+                )
+            if self._nrows == 0:
+                raise InputError(f"dump {self._label}: no steps were recorded")
+            extra = sorted(n for n in found if n not in set(self._layers))
+            self.h5.attrs["layers"] = json.dumps(self._layers + extra)
+            self.h5.close()
+            self._closed = True
+            Dump(self._tmp, _label=self._label).close()  # never hand out a dump we cannot read
+            if self._final is not None:
+                os.replace(self._tmp, self._final)
+            else:
+                out = sys.stdout.buffer if self._target == "-" else self._target
+                with open(self._tmp, "rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+                out.flush()
+                self._tmp.unlink()
+        except BaseException:
+            self._abort()
+            raise
+
+
+def write_dump(
+    path: str | os.PathLike | BinaryIO,
+    layers: Mapping[str, tuple[np.ndarray, tuple[int, ...]]],
+    steps: Any,
+    loss: Any = None,
+    attrs: Mapping[str, Any] | None = None,
+) -> None:
+    """Write a whole dump at once: ``layers`` maps name -> (data (steps, numel), shape)."""
+    with DumpWriter(path, attrs) as w:
+        for name, (data, shape) in layers.items():
+            w.add_layer(name, data, shape)
+        w.set_steps(steps, loss)
+
+
+class Dump:
+    """A ``co3.gradients/1`` dump opened for reading (validated at open, read layer by layer).
+
+    Use ``Dump.open(path)`` as a context manager. ``path`` may be ``-`` to read stdin (spooled
+    to a temporary file, removed on close) or a binary file object (spooled the same way).
+    ``nonfinite`` is the NaN/Inf policy of ``read_layer``: ``"error"`` or ``"zero"``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike | BinaryIO,
+        nonfinite: str = "error",
+        *,
+        _label: str | None = None,
+    ):
+        import h5py
+
+        if nonfinite not in NONFINITE_POLICIES:
+            raise InputError(
+                f"nonfinite={nonfinite!r} is not one of {', '.join(map(repr, NONFINITE_POLICIES))}"
+            )
+        self.nonfinite = nonfinite
+        self.nonfinite_counts: dict[str, int] = {}
+        self._spool: Path | None = None
+        self.h5 = None
+        if path == "-" or hasattr(path, "read"):
+            self.label = "<stdin>" if path == "-" else _describe(path)
+            src = sys.stdin.buffer if path == "-" else path
+            fd, tmp = tempfile.mkstemp(prefix="co3-dump-in-", suffix=".h5")
+            self._spool = Path(tmp)
+            try:
+                with os.fdopen(fd, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            except BaseException:
+                self._spool.unlink(missing_ok=True)
+                raise
+            file_path: str | os.PathLike = self._spool
+        elif isinstance(path, (str, os.PathLike)):
+            self.label = _label or os.fspath(path)
+            file_path = path
+            if not Path(file_path).exists():
+                raise InputError(f"dump {self.label} does not exist")
+            if Path(file_path).is_dir():
+                raise InputError(f"dump {self.label} is a directory, not a file")
+        else:
+            raise InputError(f"dump input {path!r} is not a path, '-' or a binary file object")
+        try:
+            try:
+                self.h5 = h5py.File(file_path, "r")
+            except OSError as exc:
+                raise InputError(f"{self.label} is not a readable HDF5 file: {exc}") from exc
+            self._validate()
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def open(cls, path: str | os.PathLike | BinaryIO, nonfinite: str = "error") -> Dump:
+        """Open and validate a dump; see the class docstring."""
+        return cls(path, nonfinite=nonfinite)
+
+    def __enter__(self) -> Dump:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.close()
+        return False
+
+    def close(self) -> None:
+        if self.h5 is not None:
+            self.h5.close()
+            self.h5 = None
+        if self._spool is not None:
+            self._spool.unlink(missing_ok=True)
+            self._spool = None
+
+    # -- validation --------------------------------------------------------------------------
+    def _validate(self) -> None:
+        import h5py
+
+        f = self.h5
+        where = self.label
+        try:
+            if "schema" not in f.attrs:
+                raise InputError(
+                    f"{where} is not a co3 gradient dump: root attribute 'schema' is missing "
+                    f"(expected {SCHEMA!r})"
+                )
+            schema = _decode_attr(f.attrs["schema"])
+            m = _SCHEMA_RE.match(schema) if isinstance(schema, str) else None
+            if m is None or int(m.group(1)) != SCHEMA_MAJOR:
+                raise InputError(
+                    f"{where}: unsupported schema {schema!r} (this co3cli reads {SCHEMA!r}, "
+                    f"major version {SCHEMA_MAJOR})"
+                )
+            self.schema = schema
+
+            grads = f.get("grads")
+            if not isinstance(grads, h5py.Group):
+                raise InputError(f"{where}: group 'grads' is missing")
+            found: list[str] = []
+
+            def visit(name: str, obj: Any) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    found.append(name)
+
+            grads.visititems(visit)
+            if not found:
+                raise InputError(f"{where}: group 'grads' holds no datasets (no layers)")
+
+            steps_ds = f.get("steps")
+            if not isinstance(steps_ds, h5py.Dataset):
+                raise InputError(f"{where}: dataset 'steps' is missing")
+            if steps_ds.ndim != 1 or steps_ds.dtype.kind not in "iu":
+                raise InputError(
+                    f"{where}: dataset 'steps' must be 1-D integers, got shape {steps_ds.shape} "
+                    f"dtype {steps_ds.dtype}"
+                )
+            if steps_ds.shape[0] < 1:
+                raise InputError(f"{where}: dataset 'steps' is empty (no steps recorded)")
+            self._steps = np.asarray(steps_ds[()], dtype=np.int64)
+            nsteps = self._steps.size
+
+            self._loss = None
+            if "loss" in f:
+                loss_ds = f["loss"]
+                if (
+                    not isinstance(loss_ds, h5py.Dataset)
+                    or loss_ds.ndim != 1
+                    or loss_ds.dtype.kind not in "fiu"
+                ):
+                    raise InputError(f"{where}: 'loss' must be a 1-D numeric dataset")
+                if loss_ds.shape[0] != nsteps:
+                    raise InputError(
+                        f"{where}: dataset 'loss' has {loss_ds.shape[0]} entries but 'steps' "
+                        f"has {nsteps}"
+                    )
+                self._loss = np.asarray(loss_ds[()], dtype=np.float32)
+
+            order = self._layer_order(found)
+            self._shapes: dict[str, tuple[int, ...]] = {}
+            for name in order:
+                ds = grads[name]
+                path = f"grads/{name}"
+                if ds.dtype.kind not in "fiu":
+                    raise InputError(
+                        f"{where}: dataset {path!r} has dtype {ds.dtype}, not a real number type"
+                    )
+                if ds.ndim != 2:
+                    raise InputError(
+                        f"{where}: dataset {path!r} must be 2-D (steps, numel), "
+                        f"got shape {ds.shape}"
+                    )
+                if "shape" not in ds.attrs:
+                    raise InputError(f"{where}: dataset {path!r} has no 'shape' attribute")
+                shape_attr = np.asarray(ds.attrs["shape"])
+                if (
+                    shape_attr.ndim > 1
+                    or shape_attr.dtype.kind not in "iu"
+                    or np.any(shape_attr < 0)
+                ):
+                    raise InputError(
+                        f"{where}: dataset {path!r} attribute 'shape' must be a 1-D array of "
+                        f"non-negative integers, got {shape_attr!r}"
+                    )
+                shape = tuple(int(d) for d in shape_attr.reshape(-1))
+                numel = math.prod(shape)
+                if ds.shape[1] == 0 or numel == 0:
+                    raise InputError(
+                        f"{where}: layer {name!r} is empty (dataset shape {ds.shape}, "
+                        f"parameter shape {shape})"
+                    )
+                if ds.shape[0] != nsteps:
+                    raise InputError(
+                        f"{where}: dataset {path!r} has {ds.shape[0]} rows but 'steps' has {nsteps}"
+                    )
+                if ds.shape[1] != numel:
+                    raise InputError(
+                        f"{where}: dataset {path!r} has {ds.shape[1]} entries per row but its "
+                        f"'shape' attribute {shape} has {numel}"
+                    )
+                self._shapes[name] = shape
+            self._layers = order
+            self._attrs = {k: _decode_attr(v) for k, v in f.attrs.items()}
+        except (OSError, KeyError, RuntimeError) as exc:
+            raise InputError(f"{where}: cannot read the dump structure: {exc}") from exc
+
+    def _layer_order(self, found: list[str]) -> list[str]:
+        f = self.h5
+        if "layers" not in f.attrs:
+            return sorted(found)
+        raw = _decode_attr(f.attrs["layers"])
+        try:
+            listed = json.loads(raw) if isinstance(raw, str) else None
+        except json.JSONDecodeError:
+            listed = None
+        if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+            raise InputError(f"{self.label}: root attribute 'layers' is not a JSON list of names")
+        present = set(found)
+        missing = [n for n in listed if n not in present]
+        if missing:
+            raise InputError(
+                f"{self.label}: root attribute 'layers' lists {missing[:5]} but there is no such "
+                "dataset under 'grads'"
+            )
+        if len(set(listed)) != len(listed):
+            raise InputError(f"{self.label}: root attribute 'layers' repeats a name")
+        seen = set(listed)
+        return listed + sorted(n for n in found if n not in seen)
+
+    # -- metadata ------------------------------------------------------------------------------
+    @property
+    def layers(self) -> list[str]:
+        """Layer names, in the order recorded in the ``layers`` attribute (else sorted)."""
+        return list(self._layers)
+
+    @property
+    def steps(self) -> np.ndarray:
+        """Step index of each row, int64 (steps,)."""
+        return self._steps.copy()
+
+    @property
+    def nsteps(self) -> int:
+        return int(self._steps.size)
+
+    @property
+    def loss(self) -> np.ndarray | None:
+        """Training loss per row, float32 (steps,), or None when the dump has none."""
+        return None if self._loss is None else self._loss.copy()
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """Root attributes decoded to str / int / float / bool / lists."""
+        return dict(self._attrs)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The ``config`` root attribute parsed from JSON ({} when absent)."""
+        raw = self._attrs.get("config")
+        if raw is None:
+            return {}
+        try:
+            value = json.loads(raw)
+        except (TypeError, json.JSONDecodeError) as exc:
+            raise InputError(
+                f"{self.label}: root attribute 'config' is not valid JSON: {exc}"
+            ) from exc
+        if not isinstance(value, dict):
+            raise InputError(f"{self.label}: root attribute 'config' is not a JSON object")
+        return value
+
+    def _check_name(self, name: str) -> None:
+        if name not in self._shapes:
+            shown = ", ".join(self._layers[:8]) + (" ..." if len(self._layers) > 8 else "")
+            raise InputError(f"{self.label}: no layer {name!r} (layers: {shown})")
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The parameter shape of layer ``name``."""
+        self._check_name(name)
+        return self._shapes[name]
+
+    def numel(self, name: str) -> int:
+        """Entries per step of layer ``name``."""
+        self._check_name(name)
+        return math.prod(self._shapes[name])
+
+    def nbytes(self, name: str) -> int:
+        """Bytes of ``read_layer(name)``: steps x numel x 4 (float32)."""
+        return self.nsteps * self.numel(name) * 4
+
+    @property
+    def total_entries(self) -> int:
+        """Entries over all layers and steps."""
+        return self.nsteps * sum(math.prod(s) for s in self._shapes.values())
+
+    # -- data ----------------------------------------------------------------------------------
+    def read_layer(self, name: str) -> np.ndarray:
+        """Read layer ``name`` as float32 (steps, numel), applying the non-finite policy."""
+        self._check_name(name)
+        if self.h5 is None:
+            raise InputError(f"{self.label} is closed")
+        path = f"grads/{name}"
+        try:
+            g = np.asarray(self.h5["grads"][name][()], dtype=np.float32)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise InputError(f"{self.label}: cannot read dataset {path!r}: {exc}") from exc
+        bad = ~np.isfinite(g)
+        count = int(np.count_nonzero(bad))
+        if count:
+            if self.nonfinite == "error":
+                row = int(np.argmax(bad.any(axis=1)))
+                raise InputError(
+                    f"{self.label}: dataset {path!r} has {count} non-finite value(s) (NaN/Inf); "
+                    f"the first is at step index {row} (step {int(self._steps[row])}); "
+                    "use the nonfinite='zero' policy to replace them by 0"
+                )
+            g[bad] = 0.0
+        if self.nonfinite == "zero":
+            self.nonfinite_counts[name] = count
+        return g
