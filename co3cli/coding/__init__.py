@@ -1,0 +1,164 @@
+"""Entropy coders behind one interface, registered by stable id.
+
+Data flow::
+
+    get_coder("huffman", max_len=16)  or  get_coder("ans", precision=16)
+        coder.table_from_weights(pmf or counts) -> table      (integers only from here on)
+        table.encode(sym) -> bytes;  table.decode(bytes, n) -> sym
+        table.to_bytes() -> bytes;   coder.table_from_bytes(bytes, nsym) -> table
+
+Every table offers the same methods: ``encode(sym) -> bytes``, ``decode(payload, n)``,
+``expected_bits(counts)``, ``to_bytes()``, plus ``nsym``.  ``coder.config()`` is the dict
+to write into a file header; ``coder_from_config(config)`` rebuilds the coder.
+
+Framing.  An rANS payload is self-delimiting already.  A Huffman payload is not (its last
+byte is padded), so the common ``encode`` prepends the exact bit count::
+
+    uvarint(nbits) (LEB128, shortest form) + payload (ceil(nbits / 8) bytes)
+
+and the common ``decode`` checks both parts.  The raw ``(payload, nbits)`` API stays on
+``table.raw`` (a :class:`HuffmanTable`).
+
+Example::
+
+    >>> import numpy as np
+    >>> coder = get_coder("huffman", max_len=12)
+    >>> coder.config()
+    {'id': 'huffman', 'max_len': 12}
+    >>> table = coder.table_from_weights(np.array([3.0, 1.0, 1.0]))
+    >>> sym = np.array([0, 0, 2, 1], dtype=np.uint16)
+    >>> blob = table.encode(sym)
+    >>> blob.hex(), table.decode(blob, 4).tolist()
+    ('0638', [0, 0, 2, 1])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from co3cli.coding.ans import (
+    AnsTable, check_precision, quantize_freqs, uvarints_from_bytes, uvarints_to_bytes,
+)
+from co3cli.coding.huffman import HuffmanTable, check_max_len, huffman_lengths
+from co3cli.errors import CorruptDataError, InputError
+
+__all__ = [
+    "AnsTable", "HuffmanTable", "FramedHuffmanTable", "HuffmanCoder", "AnsCoder",
+    "CODERS", "get_coder", "coder_from_config", "huffman_lengths", "quantize_freqs",
+]
+
+
+class FramedHuffmanTable:
+    """A :class:`HuffmanTable` with the common, self-delimiting ``encode``/``decode``."""
+
+    def __init__(self, raw: HuffmanTable):
+        self.raw = raw
+
+    @property
+    def nsym(self) -> int:
+        return self.raw.nsym
+
+    def encode(self, sym) -> bytes:
+        """``uvarint(nbits) + payload``."""
+        payload, nbits = self.raw.encode(sym)
+        return uvarints_to_bytes([nbits]) + payload
+
+    def decode(self, payload: bytes, n: int) -> np.ndarray:
+        """Parse the bit count, then decode exactly ``n`` symbols from the rest."""
+        payload = bytes(payload)
+        (nbits,), used = uvarints_from_bytes(payload[:10], 1, "Huffman frame")
+        return self.raw.decode(payload[used:], int(nbits), n)
+
+    def expected_bits(self, counts) -> float:
+        """Payload bits, not counting the few bytes of the bit-count prefix."""
+        return self.raw.expected_bits(counts)
+
+    def to_bytes(self) -> bytes:
+        return self.raw.to_bytes()
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.raw.lengths
+
+
+class HuffmanCoder:
+    """Length-limited canonical Huffman (see :mod:`co3cli.coding.huffman`)."""
+
+    id = "huffman"
+    params = {"max_len": 16}
+
+    def __init__(self, max_len: int = 16):
+        self.max_len = check_max_len(max_len)
+
+    def config(self) -> dict:
+        return {"id": self.id, "max_len": self.max_len}
+
+    def table_from_weights(self, weights) -> FramedHuffmanTable:
+        lengths = huffman_lengths(weights, self.max_len)
+        return FramedHuffmanTable(HuffmanTable(lengths, self.max_len))
+
+    def table_from_ints(self, lengths) -> FramedHuffmanTable:
+        """Table from integer code lengths (as saved in a codebook file)."""
+        return FramedHuffmanTable(HuffmanTable(lengths, self.max_len))
+
+    def table_from_bytes(self, data: bytes, nsym: int) -> FramedHuffmanTable:
+        raw = HuffmanTable.from_bytes(data, nsym)
+        if raw.max_len != self.max_len:
+            raise CorruptDataError(
+                f"Huffman table: stored max_len={raw.max_len}, coder config says {self.max_len}"
+            )
+        return FramedHuffmanTable(raw)
+
+
+class AnsCoder:
+    """Range ANS with a 64-bit state (see :mod:`co3cli.coding.ans`)."""
+
+    id = "ans"
+    params = {"precision": 16}
+
+    def __init__(self, precision: int = 16):
+        self.precision = check_precision(precision)
+
+    def config(self) -> dict:
+        return {"id": self.id, "precision": self.precision}
+
+    def table_from_weights(self, weights) -> AnsTable:
+        return AnsTable(quantize_freqs(weights, self.precision), self.precision)
+
+    def table_from_ints(self, freqs) -> AnsTable:
+        """Table from integer frequencies (as saved in a codebook file)."""
+        return AnsTable(freqs, self.precision)
+
+    def table_from_bytes(self, data: bytes, nsym: int) -> AnsTable:
+        table = AnsTable.from_bytes(data, nsym)
+        if table.precision != self.precision:
+            raise CorruptDataError(
+                f"rANS table: stored precision={table.precision}, "
+                f"coder config says {self.precision}"
+            )
+        return table
+
+
+CODERS = {cls.id: cls for cls in (HuffmanCoder, AnsCoder)}
+"""Registry: stable id -> coder class (its ``params`` dict lists the allowed parameters)."""
+
+
+def get_coder(id: str, **params):
+    """Build the coder registered as ``id`` with keyword ``params``."""
+    if id not in CODERS:
+        raise InputError(f"coder id: unknown {id!r}; allowed: {sorted(CODERS)}")
+    cls = CODERS[id]
+    unknown = sorted(set(params) - set(cls.params))
+    if unknown:
+        raise InputError(
+            f"coder {id!r}: unknown parameter(s) {unknown}; allowed: {sorted(cls.params)}"
+        )
+    return cls(**params)
+
+
+def coder_from_config(config: dict):
+    """Inverse of ``coder.config()``."""
+    params = dict(config)
+    if "id" not in params:
+        raise InputError(f"coder config: missing 'id'; allowed ids: {sorted(CODERS)}")
+    return get_coder(params.pop("id"), **params)
