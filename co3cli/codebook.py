@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from co3cli import __version__
-from co3cli.coding import get_coder
+from co3cli.coding import coder_from_config
 from co3cli.errors import InputError
 from co3cli.quantize import FIT_SAMPLE, fit_sample
 
@@ -48,7 +48,10 @@ def model_weights(data, scales, counts, grid, model: str):
         return counts.astype(np.float64), {"model": "empirical"}
     from co3cli import models
 
-    fit = models.fit(scaled_sample(data, scales), model)
+    sample = scaled_sample(data, scales)
+    if not np.any(sample) and not (model.endswith("-zi") or model == "dweibull"):
+        model = "gennorm-zi"  # a model without a zero mass cannot be fitted to all-zero data
+    fit = models.fit(sample, model)
     return fit.pmf(grid, 1.0), fit.to_dict()
 
 
@@ -63,8 +66,7 @@ class Codebook:
 
     @property
     def coder(self):
-        cfg = dict(self.doc["coder"])
-        return get_coder(cfg.pop("id"), **cfg)
+        return coder_from_config(self.doc["coder"])
 
     @property
     def source(self) -> dict:

@@ -18,7 +18,7 @@ import numpy as np
 
 from co3cli import __version__
 from co3cli import codebook as cb
-from co3cli.coding import get_coder
+from co3cli.coding import coder_from_config, get_coder
 from co3cli.container import Co3Writer, open_co3
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.fileio import input_path, output_file
@@ -148,8 +148,7 @@ def read_co3_setup(header: dict):
     """Grid and coder described by a verified ``.co3`` header."""
     try:
         grid = get_grid(header["format"]["id"])
-        cfg = dict(header["coder"])
-        coder = get_coder(cfg.pop("id"), **cfg)
+        coder = coder_from_config(header["coder"])
     except (KeyError, TypeError, InputError) as e:
         raise CorruptDataError(f"header does not describe a usable format/coder ({e})") from None
     if grid.config() != header["format"]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import fnmatch
 
+import numpy as np
+
 from co3cli.errors import InputError
 from co3cli.fileio import input_path
 
@@ -36,7 +38,7 @@ def fit_dump(src, model_ids, *, per_step=False, layers="*", nonfinite="error", p
                     "layer": name, "step": step, "entries": int(x.size),
                     "zero_fraction": float((x == 0).mean()),
                     "models": {m: {**f.to_dict(), "gof": g} for m, (f, g) in res.items()},
-                    "best": models.best_model(res),
+                    "best": models.best_model(res) if np.any(x) else None,
                 })
         attrs = {k: v for k, v in dump.attrs.items() if isinstance(v, (str, int, float, bool))}
     return {"file": str(src), "models": list(model_ids), "per_step": per_step, "source": attrs,

@@ -62,7 +62,7 @@ def layer_metrics(counts, pmf, beta, nbytes, payload_bytes) -> dict:
     grid_k = (len(counts) - 1) // 2
     lengths = huffman_lengths(pmf)
     present = counts > 0
-    exact = huffman_lengths(np.where(present, counts, 0).astype(np.float64), max_len=32) \
+    exact = huffman_lengths(np.where(present, counts, 0).astype(np.float64), max_len=20) \
         if present.sum() > 1 else present.astype(np.int64)
     return {
         "entries": n,

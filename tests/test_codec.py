@@ -197,12 +197,12 @@ def test_report_information_bounds(dump_path, tmp_path):
             assert lay["bpe"] >= lay["payload_bpe"] >= 0
             assert lay["cross_entropy_bpe"] >= lay["entropy_bpe"] - 1e-12
             assert lay["huffman_counts_bpe"] >= lay["entropy_bpe"] - 1e-12
-            assert lay["huffman_counts_bpe"] < lay["entropy_bpe"] + 1
+            assert lay["huffman_counts_bpe"] <= lay["entropy_bpe"] + 1
             if lay["entries"] >= 1000:
                 assert lay["payload_bpe"] >= lay["entropy_bpe"]
                 if coder == "huffman":
                     assert lay["payload_bpe"] >= lay["huffman_bpe"]
-                    assert lay["payload_bpe"] <= lay["huffman_bpe"] + 64 / lay["entries"]
+                    assert lay["payload_bpe"] <= lay["huffman_bpe"] + 3 * 40 / lay["entries"]  # 3 chunks: varint + padding
                 else:
                     assert lay["payload_bpe"] <= lay["cross_entropy_bpe"] + 0.01
         assert t["bpe"] > t["payload_bpe"]

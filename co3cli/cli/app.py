@@ -206,12 +206,12 @@ def fit_cli(
         return
     rows = []
     for r in res["fits"]:
-        main = r["models"][ids[0]]
+        main = r["models"].get(ids[0], {"params": {}, "gof": {}})
         rows.append({"name": r["layer"] + ("" if r["step"] is None else f"@{r['step']}"),
                      "n": r["entries"], "p0": r["zero_fraction"], "beta": main["params"].get("beta"),
-                     "scale": main["params"].get("scale"), "ks": main["gof"]["ks"],
-                     "w2": main["gof"]["w2"], "best": r["best"],
-                     **{f"aic:{m}": r["models"][m]["gof"]["aic"] for m in ids}})
+                     "scale": main["params"].get("scale"), "ks": main["gof"].get("ks"),
+                     "w2": main["gof"].get("w2"), "best": r["best"],
+                     **{f"aic:{m}": r["models"].get(m, {}).get("gof", {}).get("aic") for m in ids}})
     cols = [("name", "layer", ""), ("n", "entries", "d"), ("p0", "zeros", ".3f"),
             ("beta", "beta", ".3f"), ("scale", "alpha", ".3g"), ("ks", f"KS({ids[0]})", ".4f"),
             ("w2", "W2", ".4f"), ("best", "best (AIC)", "")]
