@@ -172,6 +172,11 @@ class CaptureSummary:
     test_accuracy: float
     seconds: float
 
+    def __str__(self) -> str:
+        return (f"{self.steps_trained} steps trained, {self.steps_recorded} recorded, "
+                f"{len(self.layers)} layers, {self.total_entries} entries, final loss "
+                f"{self.final_loss:.4f}, test accuracy {self.test_accuracy:.3f}, {self.seconds:.1f} s")
+
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

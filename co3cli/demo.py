@@ -41,7 +41,7 @@ def verify_roundtrip(dump_path, decoded_path, format: str) -> int:
 
 def run_demo(out: Path, *, task="mnist5k-mlp", steps=60, progress=True, log=print) -> dict:
     from co3cli import codebook as cb
-    from co3cli.capture import capture
+    from co3cli.capture import capture, summary_dict
     from co3cli.codec import compress, decompress
     from co3cli.coding import get_coder
     from co3cli.dump import Dump
@@ -54,7 +54,7 @@ def run_demo(out: Path, *, task="mnist5k-mlp", steps=60, progress=True, log=prin
     out.mkdir(parents=True, exist_ok=True)
     dump = out / "dump.h5"
     summary = capture(task, dump, steps=steps, every=5, seed=0, progress=progress)
-    log(f"[1/6] capture: trained {task} for {steps} steps -> {dump} ({summary})")
+    log(f"[1/6] capture {task} -> {dump}: {summary}")
 
     fits = fit_dump(dump, ["gennorm-zi", "gennorm", "normal-zi", "laplace-zi"], progress=progress)
     log(f"[2/6] fit: per-layer models (pooled over steps); best by AIC on the non-zero entries")
@@ -91,5 +91,5 @@ def run_demo(out: Path, *, task="mnist5k-mlp", steps=60, progress=True, log=prin
                          ("entropy_bpe", "entropy", ".3f"), ("cross_entropy_bpe", "x-entropy", ".3f"),
                          ("huffman_bpe", "huffman", ".3f"), ("bpe", "bpe (file)", ".3f"),
                          ("bytes", "bytes", "d")]))
-    return {"out": str(out), "task": task, "steps": steps, "capture": str(summary),
+    return {"out": str(out), "task": task, "steps": steps, "capture": summary_dict(summary),
             "fits": fits["fits"], "results": results}

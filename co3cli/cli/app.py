@@ -315,7 +315,8 @@ def capture_cli(
     _torch_one_thread()
     s = capture(task, output, steps=steps, batch_size=batch_size, lr=lr, momentum=momentum,
                 optimizer=optimizer, seed=seed, every=every, layers=layers, progress=not quiet)
-    _emit(f"captured {task}: {s}", output == "-")
+    if not quiet or output != "-":
+        _emit(f"captured {task} -> {output}: {s}", output == "-")
 
 
 def _torch_one_thread():
@@ -334,8 +335,10 @@ def demo_cli(
     steps: int = typer.Option(60, "--steps", help="Training steps (every 5th is recorded)."),
     json_out: bool = JsonOpt, quiet: bool = QuietOpt,
 ):
-    """The whole pipeline on bundled data: capture -> fit -> codebook -> compress -> decompress
-    -> verify -> report, printing the bits-per-entry table.
+    """Run the whole pipeline on bundled data and print the bits-per-entry table.
+
+    capture (train on bundled MNIST) -> fit -> codebook -> compress -> decompress -> verify
+    bit for bit -> report.
 
     Example: co3 demo --out demo/
     """
