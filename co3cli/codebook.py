@@ -52,7 +52,13 @@ def model_weights(data, scales, counts, grid, model: str):
     if not np.any(sample) and not (model.endswith("-zi") or model == "dweibull"):
         model = "gennorm-zi"  # a model without a zero mass cannot be fitted to all-zero data
     fit = models.fit(sample, model)
-    return fit.pmf(grid, 1.0), fit.to_dict()
+    return fit.pmf(grid, 1.0), compact_meta(fit)
+
+
+def compact_meta(fit) -> dict:
+    """The fit as report metadata: model, p0 and parameters to 6 significant digits."""
+    return {"model": fit.model, "p0": float(f"{fit.p0:.6g}"),
+            "params": {k: float(f"{v:.6g}") for k, v in fit.params.items()}}
 
 
 def table_ints(table) -> np.ndarray:
@@ -164,7 +170,7 @@ def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=Fals
             weights, meta = total + 0.5, {"model": "empirical"}
         else:
             fit = models.fit(np.concatenate(samples), model)
-            weights, meta = fit.pmf(grid, 1.0), fit.to_dict()
+            weights, meta = fit.pmf(grid, 1.0), compact_meta(fit)
         layers = {POOLED: {"table": table_ints(coder.table_from_weights(weights)).tolist(),
                            "meta": meta}}
     doc = {

@@ -5,11 +5,10 @@ byte is detected before anything is decoded::
 
     file      := preamble header layer* trailer
     preamble  := magic "CO3\\x89GRD\\n" (8) | major u16 | minor u16 | header_len u32
-    header    := header_len bytes of UTF-8 JSON | crc32(preamble + JSON) u32
+    header    := header_len bytes of zlib-compressed UTF-8 JSON | crc32(preamble + header) u32
     layer     := "LYR\\0" | index u32 | meta_len u32 | meta JSON | table_len u32 | table
-                 | crc32(layer head, from "LYR\\0" to the end of the table) u32
-                 | chunk * steps
-    chunk     := body_len u32 | scale f32 | body (coder payload, body_len bytes) | crc32(chunk) u32
+                 | chunk * steps | crc32(the whole layer block before it) u32
+    chunk     := scale f32 | body_len uvarint (LEB128) | body (coder payload, body_len bytes)
     trailer   := "END\\0" | n_layers u32 | layer offsets u64 * n_layers | file_crc u32 | "\\x89CO3END"
                  (file_crc = crc32 of every byte before it, trailer head and offsets included)
 
@@ -34,6 +33,7 @@ from typing import BinaryIO, Iterator
 import numpy as np
 
 from co3cli.errors import CorruptDataError, InputError
+from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
 
 MAGIC = b"CO3\x89GRD\n"
 END_MAGIC = b"\x89CO3END"
@@ -41,7 +41,7 @@ MAJOR, MINOR = 1, 0
 _PRE = struct.Struct("<8sHHI")
 _U32 = struct.Struct("<I")
 _LAYER_HEAD = struct.Struct("<4sII")
-_CHUNK_HEAD = struct.Struct("<If")
+_F32 = struct.Struct("<f")
 _TRAILER_HEAD = struct.Struct("<4sI")
 MAX_HEADER = 1 << 30
 
@@ -66,7 +66,7 @@ class Co3Writer:
         self.header = header
         self.offsets: list[int] = []
         self.layer_bytes: list[int] = []
-        js = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+        js = zlib.compress(json.dumps(header, separators=(",", ":"), sort_keys=True).encode(), 9)
         pre = _PRE.pack(MAGIC, MAJOR, MINOR, len(js))
         self.w.write(pre + js + _U32.pack(zlib.crc32(pre + js)))
 
@@ -81,10 +81,13 @@ class Co3Writer:
         self.offsets.append(start)
         mj = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
         head = _LAYER_HEAD.pack(b"LYR\0", idx, len(mj)) + mj + _U32.pack(len(table)) + table
-        self.w.write(head + _U32.pack(zlib.crc32(head)))
+        crc = zlib.crc32(head)
+        self.w.write(head)
         for scale, body in chunks:
-            c = _CHUNK_HEAD.pack(len(body), scale) + body
-            self.w.write(c + _U32.pack(zlib.crc32(c)))
+            c = _F32.pack(scale) + uvarints_to_bytes([len(body)]) + body
+            crc = zlib.crc32(c, crc)
+            self.w.write(c)
+        self.w.write(_U32.pack(crc))
         self.layer_bytes.append(self.w.pos - start)
         return self.layer_bytes[-1]
 
@@ -148,8 +151,11 @@ class Co3File:
             raise CorruptDataError("file is truncated")
         mv = memoryview(buf)
         pos = _LAYER_HEAD.size
-        if len(buf) < pos:
+        if len(buf) < pos + 8:
             raise CorruptDataError(f"layer {i}: block too short")
+        if _U32.unpack_from(buf, len(buf) - 4)[0] != zlib.crc32(mv[:-4]):
+            raise CorruptDataError(f"layer {i} ({lay['name']}): checksum mismatch")
+        mv = mv[:-4]
         tag, idx, mlen = _LAYER_HEAD.unpack_from(buf, 0)
         if tag != b"LYR\0" or idx != i:
             raise CorruptDataError(f"layer {i}: bad block tag or index")
@@ -159,14 +165,10 @@ class Co3File:
         pos += mlen
         (tlen,) = _U32.unpack_from(buf, pos)
         pos += 4
-        if pos + tlen + 4 > len(buf):
+        if pos + tlen > len(mv):
             raise CorruptDataError(f"layer {i}: table overruns the block")
         table = bytes(mv[pos:pos + tlen])
         pos += tlen
-        (crc,) = _U32.unpack_from(buf, pos)
-        if crc != zlib.crc32(mv[:pos]):
-            raise CorruptDataError(f"layer {i} ({lay['name']}): header checksum mismatch")
-        pos += 4
         try:
             meta = json.loads(meta_raw)
         except ValueError as e:
@@ -174,21 +176,20 @@ class Co3File:
         scales = np.empty(nsteps, dtype=np.float32)
         bodies, payload = [], 0
         for t in range(nsteps):
-            if pos + _CHUNK_HEAD.size + 4 > len(buf):
+            if pos + _F32.size >= len(mv):
                 raise CorruptDataError(f"layer {i} step {t}: chunk overruns the block")
-            blen, scale = _CHUNK_HEAD.unpack_from(buf, pos)
-            end = pos + _CHUNK_HEAD.size + blen
-            if end + 4 > len(buf):
+            (scales[t],) = _F32.unpack_from(buf, pos)
+            (blen,), used = uvarints_from_bytes(mv[pos + 4:pos + 14], 1, f"layer {i} step {t} length")
+            start = pos + 4 + used
+            blen = int(blen)
+            end = start + blen
+            if end > len(mv):
                 raise CorruptDataError(f"layer {i} step {t}: chunk overruns the block")
-            (crc,) = _U32.unpack_from(buf, end)
-            if crc != zlib.crc32(mv[pos:end]):
-                raise CorruptDataError(f"layer {i} ({lay['name']}) step {t}: chunk checksum mismatch")
-            scales[t] = scale
-            bodies.append(bytes(mv[pos + _CHUNK_HEAD.size:end]))
+            bodies.append(bytes(mv[start:end]))
             payload += blen
-            pos = end + 4
-        if pos != len(buf):
-            raise CorruptDataError(f"layer {i}: {len(buf) - pos} unexpected bytes after its chunks")
+            pos = end
+        if pos != len(mv):
+            raise CorruptDataError(f"layer {i}: {len(mv) - pos} unexpected bytes after its chunks")
         return LayerBlock(i, lay["name"], meta, table, scales, bodies, len(buf), payload)
 
     def layers(self) -> Iterator[LayerBlock]:
@@ -215,10 +216,10 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
     if hcrc != zlib.crc32(pre + js):
         raise CorruptDataError(f"{name}: header checksum mismatch")
     try:
-        header = json.loads(js)
+        header = json.loads(zlib.decompress(js))
         nlayers = len(header["layers"])
         len(header["steps"])
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, zlib.error) as e:
         raise CorruptDataError(f"{name}: unreadable header ({e})") from None
     tsize = _TRAILER_HEAD.size + 8 * nlayers + 4 + len(END_MAGIC)
     end = size - tsize
