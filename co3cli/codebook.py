@@ -42,16 +42,46 @@ def scaled_sample(data: np.ndarray, scales: np.ndarray, limit: int = FIT_SAMPLE)
     return np.concatenate([fit_sample(row, per_step) * s for row, s in zip(data, scales)])
 
 
+def table_models() -> tuple[str, ...]:
+    """Model ids a table can be frozen from: ``co3cli.models``' plus ``gennorm2-zi``."""
+    from co3cli import mixture, models
+
+    return models.get_model_ids() + (mixture.MODEL_ID,)
+
+
+def check_model(model: str) -> str:
+    if model not in table_models():
+        raise InputError(f"unknown model {model!r}; allowed: {', '.join(table_models())}")
+    return model
+
+
+def fit_table_model(sample, counts, grid, model: str):
+    """Fit ``model`` to scaled values (``sample``) / their symbol ``counts``; returns the fit."""
+    from co3cli import mixture, models
+
+    if model == mixture.MODEL_ID:
+        return mixture.fit_cells(sample, counts, grid)
+    if not np.any(sample) and not (model.endswith("-zi") or model == "dweibull"):
+        model = "gennorm-zi"  # a model without a zero mass cannot be fitted to all-zero data
+    return models.fit(sample, model)
+
+
+def fit_from_meta(meta: dict):
+    """Rebuild a fit from its metadata (for reports); None for empirical/codebook tables."""
+    from co3cli import mixture, models
+
+    if meta.get("model") == mixture.MODEL_ID:
+        return mixture.Gennorm2Fit.from_dict(meta)
+    if meta.get("model") in models.get_model_ids() and meta.get("model") != "empirical":
+        return models.Fit.from_dict(meta)
+    return None
+
+
 def model_weights(data, scales, counts, grid, model: str):
     """Symbol weights (float64, nsym) for a table, and the metadata describing them."""
     if model == "empirical":
         return counts.astype(np.float64), {"model": "empirical"}
-    from co3cli import models
-
-    sample = scaled_sample(data, scales)
-    if not np.any(sample) and not (model.endswith("-zi") or model == "dweibull"):
-        model = "gennorm-zi"  # a model without a zero mass cannot be fitted to all-zero data
-    fit = models.fit(sample, model)
+    fit = fit_table_model(scaled_sample(data, scales), counts, grid, model)
     return fit.pmf(grid, 1.0), compact_meta(fit)
 
 
@@ -142,11 +172,9 @@ def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=Fals
     ``steps`` (indices into the dump's steps) limits the data used, e.g. ``[0]`` for a
     codebook built on the first step only. ``pooled`` adds one table for all layers (``*``).
     """
-    from co3cli import models
     from co3cli.codec import _progress, scale_and_quantize
 
-    if model not in models.get_model_ids():
-        raise InputError(f"unknown model {model!r}; allowed: {', '.join(models.get_model_ids())}")
+    check_model(model)
     rows = None if steps is None else np.asarray(steps, dtype=np.int64)
     if rows is not None and (rows.size == 0 or rows.min() < 0 or rows.max() >= len(dump.steps)):
         raise InputError(f"steps must be indices in 0..{len(dump.steps) - 1}, got {steps}")
@@ -169,7 +197,7 @@ def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=Fals
         if model == "empirical":
             weights, meta = total + 0.5, {"model": "empirical"}
         else:
-            fit = models.fit(np.concatenate(samples), model)
+            fit = fit_table_model(np.concatenate(samples), total, grid, model)
             weights, meta = fit.pmf(grid, 1.0), compact_meta(fit)
         layers = {POOLED: {"table": table_ints(coder.table_from_weights(weights)).tolist(),
                            "meta": meta}}

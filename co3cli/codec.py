@@ -108,7 +108,6 @@ def compress(src, dst, *, format="fp8-e5m2", scale=None, coder="ans", coder_para
              model="gennorm-zi", codebook=None, nonfinite="error", progress=False) -> CodecResult:
     """Compress dump ``src`` (path or ``-``) into ``.co3`` file ``dst`` (path or ``-``)."""
     from co3cli.dump import Dump
-    from co3cli.models import get_model_ids
 
     t0 = time.perf_counter()
     grid = get_grid(format)
@@ -122,8 +121,7 @@ def compress(src, dst, *, format="fp8-e5m2", scale=None, coder="ans", coder_para
         model = "codebook"
     else:
         coder_obj = get_coder(coder, **(coder_params or {}))
-        if model not in get_model_ids():
-            raise InputError(f"unknown model {model!r}; allowed: {', '.join(get_model_ids())}")
+        cb.check_model(model)
     with input_path(src, "dump") as path, Dump.open(path, nonfinite=nonfinite) as dump, \
             output_file(dst) as f:
         info = None if book is None else {"source": book.source, "checksum": book.checksum}

@@ -43,10 +43,10 @@ def cross_entropy_bits(counts: np.ndarray, pmf: np.ndarray) -> float:
 
 def _model_pmf(meta: dict, table, grid) -> tuple[np.ndarray, float | None]:
     """The model's symbol pmf (from the fit metadata, or implied by the integer table)."""
-    from co3cli import models
+    from co3cli.codebook import fit_from_meta
 
-    if meta.get("model") in models.get_model_ids() and meta.get("model") != "empirical":
-        fit = models.Fit.from_dict(meta)
+    fit = fit_from_meta(meta)
+    if fit is not None:
         return fit.pmf(grid, 1.0), fit.params.get("beta")
     if hasattr(table, "lengths"):
         p = np.where(table.lengths > 0, np.exp2(-table.lengths.astype(np.float64)), 0.0)

@@ -58,7 +58,8 @@ def test_roundtrip_is_bit_exact(dump_path, tmp_path, format, coder, scale):
     check_lossless(dump_path, co3, dec, format, scale)
 
 
-@pytest.mark.parametrize("model", ["gennorm-zi", "gennorm", "normal", "laplace-zi", "dweibull", "empirical"])
+@pytest.mark.parametrize("model", ["gennorm-zi", "gennorm2-zi", "gennorm", "normal", "laplace-zi", "dweibull",
+                                   "empirical"])
 def test_every_model_codes_losslessly(dump_path, tmp_path, model):
     co3, dec = tmp_path / "g.co3", tmp_path / "q.h5"
     compress(dump_path, co3, format="fp8-e4m3", coder="huffman", model=model)

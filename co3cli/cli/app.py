@@ -38,8 +38,9 @@ ScaleOpt = typer.Option(None, "--scale", "-s",
                         help="Scale rule: absmax (default), gennorm-mse, co3-poly.")
 CoderOpt = typer.Option("ans", "--coder", "-c", help="Entropy coder: ans or huffman.")
 ModelOpt = typer.Option("gennorm-zi", "--model", "-m",
-                        help="Model behind the table: gennorm-zi, gennorm, normal, normal-zi, "
-                             "laplace, laplace-zi, dweibull, empirical.")
+                        help="Model behind the table: gennorm-zi, gennorm2-zi (GenNorm mixture "
+                             "fitted to the cells; closest to the counts), gennorm, normal, "
+                             "normal-zi, laplace, laplace-zi, dweibull, empirical.")
 MaxLenOpt = typer.Option(None, "--max-len", help="Huffman: longest code length (default 16).")
 PrecisionOpt = typer.Option(None, "--precision", help="ANS: frequency table bits (default 16).")
 NonfiniteOpt = typer.Option("error", "--nonfinite",
