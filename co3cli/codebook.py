@@ -29,7 +29,7 @@ import numpy as np
 
 from co3cli import __version__
 from co3cli.coding import coder_from_config
-from co3cli.errors import InputError
+from co3cli.errors import Co3Error, InputError
 from co3cli.quantize import FIT_SAMPLE, fit_sample
 
 SCHEMA = "co3.codebook/1"
@@ -160,8 +160,10 @@ def load(path) -> Codebook:
             t = book.table_for(name)
             if len(table_ints(t)) != grid.nsym:
                 raise InputError(f"layer {name!r}: table size {len(table_ints(t))} != {grid.nsym}")
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, AttributeError) as e:
         raise InputError(f"codebook {str(path)!r} is malformed ({e})") from None
+    except Co3Error as e:
+        raise InputError(f"codebook {str(path)!r}: {e}") from None
     return book
 
 

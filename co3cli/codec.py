@@ -104,9 +104,12 @@ def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
     }
 
 
-def compress(src, dst, *, format="fp8-e5m2", scale=None, coder="ans", coder_params=None,
+def compress(src, dst, *, format="fp8-e5m2", scale=None, coder=None, coder_params=None,
              model="gennorm-zi", codebook=None, nonfinite="error", progress=False) -> CodecResult:
-    """Compress dump ``src`` (path or ``-``) into ``.co3`` file ``dst`` (path or ``-``)."""
+    """Compress dump ``src`` (path or ``-``) into ``.co3`` file ``dst`` (path or ``-``).
+
+    ``coder`` defaults to ``ans`` (or the codebook's coder, which it must match if given).
+    """
     from co3cli.dump import Dump
 
     t0 = time.perf_counter()
@@ -118,12 +121,13 @@ def compress(src, dst, *, format="fp8-e5m2", scale=None, coder="ans", coder_para
         if coder_params:
             raise InputError("coder options come from the codebook; do not pass them with --codebook")
         coder_obj = book.coder
+        if coder is not None and coder != coder_obj.id:
+            raise InputError(f"the codebook holds {coder_obj.id} tables; --coder {coder} conflicts")
         model = "codebook"
     else:
-        coder_obj = get_coder(coder, **(coder_params or {}))
+        coder_obj = get_coder(coder or "ans", **(coder_params or {}))
         cb.check_model(model)
-    with input_path(src, "dump") as path, Dump.open(path, nonfinite=nonfinite) as dump, \
-            output_file(dst) as f:
+    with Dump.open(src, nonfinite=nonfinite) as dump, output_file(dst) as f:
         info = None if book is None else {"source": book.source, "checksum": book.checksum}
         writer = Co3Writer(f, _header(dump, grid, coder_obj, scale, model, info))
         result = CodecResult(str(dst), 0, 0)
@@ -155,15 +159,21 @@ def read_co3_setup(header: dict):
     return grid, coder
 
 
-def decode_block(block, grid, coder, numel: int) -> np.ndarray:
-    """Symbols (steps, numel) of one verified layer block."""
+def iter_decode_block(block, grid, coder, numel: int):
+    """Symbols (numel,) of each step of one verified layer block, in order."""
     try:
         table = coder.table_from_bytes(block.table, grid.nsym)
     except InputError as e:
         raise CorruptDataError(f"layer {block.name}: bad table ({e})") from None
+    for body in block.bodies:
+        yield table.decode(body, numel)
+
+
+def decode_block(block, grid, coder, numel: int) -> np.ndarray:
+    """Symbols (steps, numel) of one verified layer block."""
     sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
-    for t, body in enumerate(block.bodies):
-        sym[t] = table.decode(body, numel)
+    for t, row in enumerate(iter_decode_block(block, grid, coder, numel)):
+        sym[t] = row
     return sym
 
 
@@ -188,15 +198,15 @@ def decompress(src, dst, *, progress=False) -> CodecResult:
                         None if h.get("loss") is None else np.asarray(h["loss"], dtype=np.float32))
             for block in _progress(co3.layers(), progress, "decompress", total=len(co3.offsets)):
                 lay = h["layers"][block.index]
-                sym = decode_block(block, grid, coder, lay["numel"])
-                values = np.empty(sym.shape, dtype=np.float32)
-                for t in range(sym.shape[0]):
-                    values[t] = dequantize(sym[t], grid, block.scales[t])
+                values = np.empty((len(block.bodies), lay["numel"]), dtype=np.float32)
+                for t, sym in enumerate(iter_decode_block(block, grid, coder, lay["numel"])):
+                    values[t] = dequantize(sym, grid, block.scales[t])
                 w.add_layer(lay["name"], values, tuple(lay["shape"]))
                 w.h5.create_dataset(f"co3/scales/{lay['name']}", data=block.scales)
                 result.entries += int(values.size)
                 result.layers.append({"name": lay["name"], "entries": int(values.size),
                                       "bytes": block.nbytes, "payload_bytes": block.payload_bytes})
+                del values, block
     result.seconds = time.perf_counter() - t0
     return result
 

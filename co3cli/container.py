@@ -173,6 +173,8 @@ class Co3File:
             meta = json.loads(meta_raw)
         except ValueError as e:
             raise CorruptDataError(f"layer {i}: unreadable metadata ({e})") from None
+        if not isinstance(meta, dict):
+            raise CorruptDataError(f"layer {i}: metadata is not a JSON object")
         scales = np.empty(nsteps, dtype=np.float32)
         bodies, payload = [], 0
         for t in range(nsteps):
@@ -197,6 +199,36 @@ class Co3File:
             yield self.read_layer(i)
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def header_problem(h) -> str | None:
+    """What is structurally wrong with a decoded header (None when it is usable)."""
+    if not isinstance(h, dict):
+        return "not a JSON object"
+    for key, kind in (("format", dict), ("coder", dict), ("layers", list), ("steps", list),
+                      ("scale_rule", str), ("model", str)):
+        if not isinstance(h.get(key), kind):
+            return f"{key!r} missing or not a {kind.__name__}"
+    if not isinstance(h["format"].get("id"), str) or not isinstance(h["coder"].get("id"), str):
+        return "format/coder without an id"
+    if not all(_is_int(s) for s in h["steps"]):
+        return "steps must be integers"
+    if h.get("loss") is not None and (not isinstance(h["loss"], list) or len(h["loss"]) != len(h["steps"])
+                                      or not all(isinstance(v, (int, float)) for v in h["loss"])):
+        return "loss must be a list of numbers, one per step"
+    if not isinstance(h.get("source", {}), dict):
+        return "source must be an object"
+    for i, lay in enumerate(h["layers"]):
+        if not (isinstance(lay, dict) and isinstance(lay.get("name"), str) and _is_int(lay.get("numel"))
+                and isinstance(lay.get("shape"), list) and all(_is_int(d) and d >= 0 for d in lay["shape"])):
+            return f"layer {i} needs a name, an integer numel and a shape"
+        if lay["numel"] < 1 or lay["numel"] != int(np.prod(lay["shape"], dtype=np.int64)):
+            return f"layer {i} ({lay['name']}): numel {lay['numel']} does not match shape {lay['shape']}"
+    return None
+
+
 def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
     """Verify a seekable ``.co3`` stream (magic, version, CRCs, trailer) and return a reader."""
     f.seek(0, io.SEEK_END)
@@ -217,10 +249,12 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
         raise CorruptDataError(f"{name}: header checksum mismatch")
     try:
         header = json.loads(zlib.decompress(js))
-        nlayers = len(header["layers"])
-        len(header["steps"])
-    except (ValueError, KeyError, TypeError, zlib.error) as e:
+    except (ValueError, zlib.error) as e:
         raise CorruptDataError(f"{name}: unreadable header ({e})") from None
+    problem = header_problem(header)
+    if problem:
+        raise CorruptDataError(f"{name}: malformed header: {problem}")
+    nlayers = len(header["layers"])
     tsize = _TRAILER_HEAD.size + 8 * nlayers + 4 + len(END_MAGIC)
     end = size - tsize
     if end < _PRE.size + hlen + 4:

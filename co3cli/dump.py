@@ -467,6 +467,8 @@ class Dump:
         self.h5 = None
         if path == "-" or hasattr(path, "read"):
             self.label = "<stdin>" if path == "-" else _describe(path)
+            if path == "-" and (sys.stdin is None or sys.stdin.isatty()):
+                raise InputError("dump is '-' but nothing is piped to stdin")
             src = sys.stdin.buffer if path == "-" else path
             fd, tmp = tempfile.mkstemp(prefix="co3-dump-in-", suffix=".h5")
             self._spool = Path(tmp)
@@ -476,6 +478,9 @@ class Dump:
             except BaseException:
                 self._spool.unlink(missing_ok=True)
                 raise
+            if self._spool.stat().st_size == 0:
+                self._spool.unlink(missing_ok=True)
+                raise InputError(f"dump {self.label} is empty (nothing was piped in)")
             file_path: str | os.PathLike = self._spool
         elif isinstance(path, (str, os.PathLike)):
             self.label = _label or os.fspath(path)

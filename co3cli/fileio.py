@@ -37,6 +37,8 @@ def input_path(path: str | os.PathLike, what: str = "input") -> Iterator[Path]:
     try:
         with os.fdopen(fd, "wb") as f:
             shutil.copyfileobj(sys.stdin.buffer, f, _CHUNK)
+        if os.path.getsize(tmp) == 0:
+            raise InputError(f"{what} is '-' but stdin is empty")
         yield Path(tmp)
     finally:
         with contextlib.suppress(OSError):

@@ -7,7 +7,6 @@ import fnmatch
 import numpy as np
 
 from co3cli.errors import InputError
-from co3cli.fileio import input_path
 
 
 def fit_dump(src, model_ids, *, per_step=False, layers="*", nonfinite="error", progress=False) -> dict:
@@ -24,7 +23,7 @@ def fit_dump(src, model_ids, *, per_step=False, layers="*", nonfinite="error", p
         raise InputError(f"cannot fit model(s) {bad}; allowed: "
                          f"{', '.join(m for m in allowed if m != 'empirical')}")
     fits = []
-    with input_path(src, "dump") as p, Dump.open(p, nonfinite=nonfinite) as dump:
+    with Dump.open(src, nonfinite=nonfinite) as dump:
         names = [n for n in dump.layers if fnmatch.fnmatchcase(n, layers)]
         if not names:
             raise InputError(f"no layer matches --layers {layers!r}; layers: {', '.join(dump.layers)}")

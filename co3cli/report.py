@@ -55,12 +55,13 @@ def _model_pmf(meta: dict, table, grid) -> tuple[np.ndarray, float | None]:
     return p / p.sum(), None
 
 
-def layer_metrics(counts, pmf, beta, nbytes, payload_bytes) -> dict:
+def layer_metrics(counts, pmf, beta, nbytes, payload_bytes, max_len: int = 16) -> dict:
+    """Metrics of one layer; ``huffman_bpe`` uses a code of lengths <= ``max_len`` from ``pmf``."""
     from co3cli.coding.huffman import huffman_lengths
 
     n = int(counts.sum())
     grid_k = (len(counts) - 1) // 2
-    lengths = huffman_lengths(pmf)
+    lengths = huffman_lengths(pmf, max_len=max_len)
     present = counts > 0
     exact = huffman_lengths(np.where(present, counts, 0).astype(np.float64), max_len=20) \
         if present.sum() > 1 else present.astype(np.int64)
@@ -96,7 +97,8 @@ def report_co3(path, name: str | None = None, progress: bool = False, keep_hist:
             counts = np.bincount(sym.reshape(-1), minlength=grid.nsym)
             table = coder.table_from_bytes(block.table, grid.nsym)
             pmf, beta = _model_pmf(block.meta, table, grid)
-            m = layer_metrics(counts, pmf, beta, block.nbytes, block.payload_bytes)
+            m = layer_metrics(counts, pmf, beta, block.nbytes, block.payload_bytes,
+                              co3.header["coder"].get("max_len", 16))
             layers.append({"name": lay["name"], "shape": lay["shape"], **m})
             if keep_hist:
                 layers[-1]["hist"] = {"counts": counts.tolist(), "pmf": pmf.tolist(),
@@ -125,7 +127,7 @@ def summarize(layers: list[dict], file_bytes: int) -> dict:
     return total
 
 
-def report_dump(path, *, format="fp8-e5m2", scale=None, coder="ans", coder_params=None,
+def report_dump(path, *, format="fp8-e5m2", scale=None, coder=None, coder_params=None,
                 model="gennorm-zi", codebook=None, nonfinite="error", progress=False,
                 keep_hist=False) -> dict:
     """Compress a dump (to a temporary file) and report on the real bytes."""

@@ -229,7 +229,7 @@ def test_not_hdf5_truncated_missing_and_empty_stdin(tmp_path, monkeypatch):
     with pytest.raises(InputError, match="is a directory"):
         Dump.open(tmp_path)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
-    with pytest.raises(InputError, match="<stdin> is not a readable HDF5 file"):
+    with pytest.raises(InputError, match="<stdin> is empty"):
         Dump.open("-")
 
 

@@ -36,7 +36,7 @@ FormatOpt = typer.Option("fp8-e5m2", "--format", "-f",
                               "fpE.M[-bB][-ieee|-fn|-full], uniformB[-cX].")
 ScaleOpt = typer.Option(None, "--scale", "-s",
                         help="Scale rule: absmax (default), gennorm-mse, co3-poly.")
-CoderOpt = typer.Option("ans", "--coder", "-c", help="Entropy coder: ans or huffman.")
+CoderOpt = typer.Option(None, "--coder", "-c", help="Entropy coder: ans (default) or huffman.")
 ModelOpt = typer.Option("gennorm-zi", "--model", "-m",
                         help="Model behind the table: gennorm-zi, gennorm2-zi (GenNorm mixture "
                              "fitted to the cells; closest to the counts), gennorm, normal, "
@@ -61,7 +61,7 @@ def _emit(text: str, to_stderr: bool = False) -> None:
 def compress_cli(
     input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
     output: str = typer.Option(..., "--output", "-o", help="Output .co3 file, or - for stdout."),
-    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: str = CoderOpt,
+    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
     model: str = ModelOpt,
     codebook: Optional[Path] = typer.Option(None, "--codebook", "-b",
                                             help="Reuse a saved codebook (fixes format and coder)."),
@@ -113,11 +113,13 @@ def inspect_cli(input: str = typer.Argument(..., help=".co3 file, or - for stdin
 
     Example: co3 inspect grads.co3 --json
     """
+    from co3cli.codec import read_co3_setup
     from co3cli.container import open_co3
     from co3cli.fileio import input_path
 
     with input_path(input, ".co3 file") as p, open(p, "rb") as f:
         co3 = open_co3(f, input)
+        grid, coder = read_co3_setup(co3.header)
         layers = []
         for block in co3.layers():
             lay = co3.header["layers"][block.index]
@@ -125,6 +127,7 @@ def inspect_cli(input: str = typer.Argument(..., help=".co3 file, or - for stdin
                            "bytes": block.nbytes, "payload_bytes": block.payload_bytes,
                            "table_bytes": len(block.table), "model": block.meta.get("model"),
                            "scales": block.scales.tolist()})
+            coder.table_from_bytes(block.table, grid.nsym)  # the integer table parses
         h = co3.header
         info = {"file": input, "verified": True, "version": "%d.%d" % co3.version, "bytes": co3.size,
                 "header_bytes": co3.header_bytes, "trailer_bytes": co3.trailer_bytes,
@@ -150,7 +153,7 @@ def _is_co3(path: Path) -> bool:
 @app.command("report")
 def report_cli(
     input: str = typer.Argument(..., help=".co3 file or gradient dump (.h5), or - for stdin."),
-    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: str = CoderOpt,
+    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
     model: str = ModelOpt, max_len: Optional[int] = MaxLenOpt,
     precision: Optional[int] = PrecisionOpt, nonfinite: str = NonfiniteOpt,
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw a PNG (needs matplotlib)."),
@@ -225,7 +228,7 @@ def fit_cli(
 def codebook_build_cli(
     input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
     output: str = typer.Option(..., "--output", "-o", help="Codebook JSON file, or - for stdout."),
-    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: str = CoderOpt,
+    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
     model: str = ModelOpt, max_len: Optional[int] = MaxLenOpt,
     precision: Optional[int] = PrecisionOpt,
     steps: Optional[List[int]] = typer.Option(None, "--step", help="Use only these step indices "
@@ -241,12 +244,12 @@ def codebook_build_cli(
     from co3cli import codebook as cb
     from co3cli.coding import get_coder
     from co3cli.dump import Dump
-    from co3cli.fileio import input_path, output_file
+    from co3cli.fileio import output_file
     from co3cli.formats import get_grid
 
     grid = get_grid(format)
-    coder_obj = get_coder(coder, **_coder_params(max_len, precision))
-    with input_path(input, "dump") as p, Dump.open(p, nonfinite=nonfinite) as dump:
+    coder_obj = get_coder(coder or "ans", **_coder_params(max_len, precision))
+    with Dump.open(input, nonfinite=nonfinite) as dump:
         book = cb.build(dump, grid, coder_obj, model=model, scale_rule=scale, pooled=pooled,
                         steps=steps, progress=not quiet)
     with output_file(output) as f:
@@ -351,6 +354,9 @@ def demo_cli(
         _emit(json.dumps(res, indent=1))
 
 
+_USAGE_ERROR = typer.BadParameter.__mro__[1]  # Click's UsageError (vendored by typer)
+
+
 def version_callback(value: bool):
     if value:
         print(f"co3 {__version__}")
@@ -365,7 +371,17 @@ def _root(version: bool = typer.Option(False, "--version", callback=version_call
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        app(args=argv, prog_name="co3")
+        code = app(args=argv, prog_name="co3", standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except typer.Abort:
+        print("co3: aborted", file=sys.stderr)
+        sys.exit(1)
+    except _USAGE_ERROR as e:  # unknown option, bad value: one line, exit 2 (as Click would)
+        msg = " ".join(e.format_message().split())
+        if msg:  # (no message: the help was shown because no arguments were given)
+            cmd = f"{e.ctx.command_path}: " if getattr(e, "ctx", None) else ""
+            print(f"co3: error: {cmd}{msg} (see --help)", file=sys.stderr)
+        sys.exit(2)
     except Co3Error as e:
         print(f"co3: error: {e}", file=sys.stderr)
         sys.exit(1)
