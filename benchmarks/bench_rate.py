@@ -161,7 +161,6 @@ def analyze(dump_name: str, path: str, fmt: str, scale: str, want_steps: bool, o
                 "ans_emp_payload_bpe": 8 * pay_e / n,
                 "ans_emp_total_bpe": 8 * (pay_e + side_e) / n,
                 "ans_emp_payload_vs_H": 8 * pay_e / H - 1 if H else float("nan"),
-                "ans_emp_noflush_vs_H": 8 * (pay_e - 8 * nsteps) / H - 1 if H else float("nan"),
                 "ans_emp_flush_bytes_per_chunk": (pay_e - t_e.expected_bits(counts) / 8) / nsteps,
                 "entries_per_step": n // nsteps,
                 "ans_emp_total_vs_H": 8 * (pay_e + side_e) / H - 1 if H else float("nan"),
@@ -442,7 +441,8 @@ def summarize(res: dict) -> dict:
     worst_h = max(large, key=lambda r: r["huff_zi_diff"])
     worst_a = max(large, key=lambda r: abs(r["ans_emp_payload_vs_H"]))
     worst_2 = max(large, key=lambda r: r["huff_g2_diff"])
-    worst_n = max(large, key=lambda r: abs(r["ans_emp_noflush_vs_H"]))
+    big_chunks = [r for r in large if r["entries_per_step"] >= LARGE] or large
+    worst_n = max(big_chunks, key=lambda r: abs(r["ans_emp_payload_vs_H"]))
     gn_x = [100 * (r["xent_gennorm_bpe"] / r["xent_zi_bpe"] - 1) for r in large]
     gn_h = [100 * (r["huff_gennorm_bpe"] / r["huff_zi_bpe"] - 1) for r in large]
     big = [r for r in res["files"] if r["entries"] >= BIG_DUMP]
@@ -470,9 +470,9 @@ def summarize(res: dict) -> dict:
         {"target": "2. ANS exact-count payload / H - 1, every large layer",
          "value": s["ans_max_rel"], "limit": TARGET_ANS, "where": s["ans_max_where"],
          "pass": abs(s["ans_max_rel"]) <= TARGET_ANS},
-        {"target": "2b. same, less the 8-byte final-state flush per chunk",
-         "value": worst_n["ans_emp_noflush_vs_H"], "limit": TARGET_ANS, "where": where(worst_n),
-         "pass": abs(worst_n["ans_emp_noflush_vs_H"]) <= TARGET_ANS},
+        {"target": f"2b. same, layers with >= {LARGE:,} entries per chunk (step)",
+         "value": worst_n["ans_emp_payload_vs_H"], "limit": TARGET_ANS, "where": where(worst_n),
+         "pass": abs(worst_n["ans_emp_payload_vs_H"]) <= TARGET_ANS},
         {"target": f"3. file bpe / payload bpe - 1, dumps >= {BIG_DUMP:,} entries",
          "value": s["file_max_rel"], "limit": TARGET_FILE, "where": s["file_max_where"],
          "pass": s["file_max_rel"] <= TARGET_FILE},

@@ -66,11 +66,12 @@ def scale_and_quantize(data: np.ndarray, grid, scale_rule):
 
 
 def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="gennorm-zi",
-                 table=None) -> EncodedLayer:
+                 table=None, shape=None) -> EncodedLayer:
     """Quantize and entropy-code a (steps, numel) float32 layer.
 
     ``table`` reuses a saved codebook table; otherwise one is built from ``model`` fitted to
-    this layer's scaled values (or from its counts for ``empirical``).
+    this layer's scaled values (or from its counts for ``empirical``). ``shape`` is the
+    parameter's shape (context-modelling coders use its 2-D view).
     """
     scales, sym, counts = scale_and_quantize(data, grid, scale_rule)
     if table is None:
@@ -82,8 +83,15 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
         if unusable.size:
             raise InputError(f"the codebook cannot code symbol(s) {unusable[:5].tolist()} of format "
                              f"{grid.id}; rebuild it with a model (every symbol codable)")
-    bodies = [table.encode(row) for row in sym]
+    cols = row_length(shape, data.shape[1])
+    bodies = [table.encode(row, cols=cols) for row in sym]
     return EncodedLayer(meta, table, scales, bodies, counts)
+
+
+def row_length(shape, numel: int) -> int:
+    """Row length of a tensor's 2-D view (``numel // shape[0]``; ``numel`` for 1-D tensors)."""
+    shape = tuple(shape or (numel,))
+    return numel // shape[0] if len(shape) >= 2 and shape[0] > 0 else numel
 
 
 def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
@@ -134,7 +142,8 @@ def compress(src, dst, *, format="fp8-e5m2", scale=None, coder=None, coder_param
         for name in _progress(dump.layers, progress, "compress"):
             data = dump.read_layer(name)
             table = None if book is None else book.table_for(name)
-            enc = encode_layer(data, grid, coder_obj, scale_rule=scale, model=model, table=table)
+            enc = encode_layer(data, grid, coder_obj, scale_rule=scale, model=model, table=table,
+                               shape=dump.shape(name))
             nbytes = writer.write_layer(enc.meta, enc.table.to_bytes(),
                                         list(zip(enc.scales.tolist(), enc.bodies)))
             result.layers.append({"name": name, "entries": int(data.size), "bytes": nbytes,
@@ -159,20 +168,21 @@ def read_co3_setup(header: dict):
     return grid, coder
 
 
-def iter_decode_block(block, grid, coder, numel: int):
+def iter_decode_block(block, grid, coder, numel: int, shape=None):
     """Symbols (numel,) of each step of one verified layer block, in order."""
     try:
         table = coder.table_from_bytes(block.table, grid.nsym)
     except InputError as e:
         raise CorruptDataError(f"layer {block.name}: bad table ({e})") from None
+    cols = row_length(shape, numel)
     for body in block.bodies:
-        yield table.decode(body, numel)
+        yield table.decode(body, numel, cols=cols)
 
 
-def decode_block(block, grid, coder, numel: int) -> np.ndarray:
+def decode_block(block, grid, coder, numel: int, shape=None) -> np.ndarray:
     """Symbols (steps, numel) of one verified layer block."""
     sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
-    for t, row in enumerate(iter_decode_block(block, grid, coder, numel)):
+    for t, row in enumerate(iter_decode_block(block, grid, coder, numel, shape)):
         sym[t] = row
     return sym
 
@@ -199,7 +209,8 @@ def decompress(src, dst, *, progress=False) -> CodecResult:
             for block in _progress(co3.layers(), progress, "decompress", total=len(co3.offsets)):
                 lay = h["layers"][block.index]
                 values = np.empty((len(block.bodies), lay["numel"]), dtype=np.float32)
-                for t, sym in enumerate(iter_decode_block(block, grid, coder, lay["numel"])):
+                for t, sym in enumerate(iter_decode_block(block, grid, coder, lay["numel"],
+                                                          lay["shape"])):
                     values[t] = dequantize(sym, grid, block.scales[t])
                 w.add_layer(lay["name"], values, tuple(lay["shape"]))
                 w.h5.create_dataset(f"co3/scales/{lay['name']}", data=block.scales)

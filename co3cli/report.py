@@ -93,7 +93,7 @@ def report_co3(path, name: str | None = None, progress: bool = False, keep_hist:
         layers = []
         for block in _progress(co3.layers(), progress, "report", total=len(co3.offsets)):
             lay = co3.header["layers"][block.index]
-            sym = decode_block(block, grid, coder, lay["numel"])
+            sym = decode_block(block, grid, coder, lay["numel"], lay["shape"])
             counts = np.bincount(sym.reshape(-1), minlength=grid.nsym)
             table = coder.table_from_bytes(block.table, grid.nsym)
             pmf, beta = _model_pmf(block.meta, table, grid)

@@ -157,7 +157,9 @@ def decode_everything(data: bytes):
 
     co3 = open_co3(io.BytesIO(data))
     grid, coder = read_co3_setup(co3.header)
-    return [decode_block(b, grid, coder, co3.header["layers"][b.index]["numel"]) for b in co3.layers()]
+    layers = co3.header["layers"]
+    return [decode_block(b, grid, coder, layers[b.index]["numel"], layers[b.index]["shape"])
+            for b in co3.layers()]
 
 
 @pytest.mark.parametrize("coder", ["ans", "huffman"])

@@ -7,7 +7,9 @@ Data flow::
         table.encode(sym) -> bytes;  table.decode(bytes, n) -> sym
         table.to_bytes() -> bytes;   coder.table_from_bytes(bytes, nsym) -> table
 
-Every table offers the same methods: ``encode(sym) -> bytes``, ``decode(payload, n)``,
+Every table offers the same methods: ``encode(sym, cols=None) -> bytes``,
+``decode(payload, n, cols=None)`` (``cols``: the row length of the tensor's 2-D view, used by
+context-modelling coders and ignored by the order-0 ones),
 ``expected_bits(counts)``, ``to_bytes()``, plus ``nsym``.  ``coder.config()`` is the dict
 to write into a file header; ``coder_from_config(config)`` rebuilds the coder.
 
@@ -58,12 +60,12 @@ class FramedHuffmanTable:
     def nsym(self) -> int:
         return self.raw.nsym
 
-    def encode(self, sym) -> bytes:
+    def encode(self, sym, cols=None) -> bytes:
         """``uvarint(nbits) + payload``."""
         payload, nbits = self.raw.encode(sym)
         return uvarints_to_bytes([nbits]) + payload
 
-    def decode(self, payload: bytes, n: int) -> np.ndarray:
+    def decode(self, payload: bytes, n: int, cols=None) -> np.ndarray:
         """Parse the bit count, then decode exactly ``n`` symbols from the rest."""
         payload = bytes(payload)
         (nbits,), used = uvarints_from_bytes(payload[:10], 1, "Huffman frame")

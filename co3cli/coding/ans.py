@@ -225,7 +225,7 @@ class AnsTable:
             self._slot_sym = np.repeat(np.arange(self.nsym, dtype=np.uint16), self._freqs)
         return self._slot_sym
 
-    def encode(self, sym) -> bytes:
+    def encode(self, sym, cols=None) -> bytes:
         """Encode uint16 symbols; see the module docstring for the payload layout."""
         sym = as_symbols(sym)
         out = np.empty(sym.size + 2, dtype=np.uint32)  # at most one word per symbol
@@ -237,7 +237,7 @@ class AnsTable:
             raise InputError(f"sym: symbol {s} at index {i} {why}; cannot be coded")
         return out[start:].astype("<u4").tobytes()
 
-    def decode(self, payload: bytes, n: int) -> np.ndarray:
+    def decode(self, payload: bytes, n: int, cols=None) -> np.ndarray:
         """Decode exactly ``n`` symbols, consuming exactly all of ``payload``."""
         n = check_count(n)
         payload = bytes(payload)
