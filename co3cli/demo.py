@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 
 CONFIGS = (
-    # name, format, coder, scale rule, use the saved codebook
-    ("fp8-e5m2 huffman (codebook)", "fp8-e5m2", "huffman", None, True),
-    ("fp8-e5m2 ans", "fp8-e5m2", "ans", None, False),
-    ("fp4-co3 ans gennorm-mse", "fp4-co3", "ans", "gennorm-mse", False),
+    # name, format, coder, scale rule, model (None: the saved gennorm-zi Huffman codebook)
+    ("fp8-e5m2 huffman, saved codebook", "fp8-e5m2", "huffman", None, None),
+    ("fp8-e5m2 ans gennorm-zi", "fp8-e5m2", "ans", None, "gennorm-zi"),
+    ("fp8-e5m2 ans gennorm2-zi", "fp8-e5m2", "ans", None, "gennorm2-zi"),
+    ("fp4-co3 ans gennorm-mse", "fp4-co3", "ans", "gennorm-mse", "gennorm-zi"),
 )
 
 
@@ -71,11 +72,11 @@ def run_demo(out: Path, *, task="mnist5k-mlp", steps=60, progress=True, log=prin
     log(f"[3/6] codebook: gennorm-zi Huffman tables for fp8-e5m2 -> {book_path}")
 
     results = []
-    for name, fmt, coder, scale, use_book in CONFIGS:
-        stem = name.split()[0] + "-" + coder
+    for i, (name, fmt, coder, scale, model) in enumerate(CONFIGS):
+        stem = f"{i + 1}-{fmt}-{coder}"
         co3_path, dec_path = out / f"{stem}.co3", out / f"{stem}_q.h5"
-        compress(dump, co3_path, format=fmt, coder=coder, scale=scale,
-                 codebook=book_path if use_book else None, progress=progress)
+        compress(dump, co3_path, format=fmt, coder=coder, scale=scale, model=model or "gennorm-zi",
+                 codebook=book_path if model is None else None, progress=progress)
         decompress(co3_path, dec_path, progress=progress)
         n = verify_roundtrip(dump, dec_path, fmt)
         rep = report_co3(co3_path)
