@@ -23,6 +23,19 @@ def synthetic_layers(rng, steps=3):
     }
 
 
+def run_cli(*args, capsys):
+    """Run the co3 CLI in-process; returns (exit code, stdout, stderr)."""
+    from co3cli.cli.app import main
+
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
 @pytest.fixture
 def dump_path(tmp_path):
     from co3cli.dump import write_dump

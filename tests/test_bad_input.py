@@ -16,9 +16,9 @@ import zlib
 import numpy as np
 import pytest
 
-from co3cli.cli.app import main
 from co3cli.container import MAGIC, Co3Writer, open_co3
 from co3cli.dump import Dump
+from conftest import run_cli
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 _PRE = struct.Struct("<8sHHI")
@@ -28,15 +28,7 @@ _PRE = struct.Struct("<8sHHI")
 # helpers
 
 
-def co3(*args, capsys):
-    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+co3 = run_cli
 
 
 def assert_refused(code, err, *needles, expect=1):

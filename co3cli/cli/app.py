@@ -57,6 +57,15 @@ def _emit(text: str, to_stderr: bool = False) -> None:
     print(text, file=sys.stderr if to_stderr else sys.stdout)
 
 
+def _summary(res, output: str, json_out: bool, quiet: bool, line: str) -> None:
+    """A command's result: JSON or one line; on stderr when the data itself goes to stdout."""
+    to_err = output == "-"
+    if json_out:
+        _emit(json.dumps(res.to_dict(), indent=1), to_err)
+    elif not (quiet and to_err):
+        _emit(line, to_err)
+
+
 @app.command("compress")
 def compress_cli(
     input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
@@ -77,12 +86,8 @@ def compress_cli(
     res = compress(input, output, format=format, scale=scale, coder=coder,
                    coder_params=_coder_params(max_len, precision), model=model, codebook=codebook,
                    nonfinite=nonfinite, progress=not quiet)
-    to_err = output == "-"
-    if json_out:
-        _emit(json.dumps(res.to_dict(), indent=1), to_err)
-    elif not quiet or not to_err:
-        _emit(f"{input} -> {output}: {res.entries} entries, {res.nbytes} bytes, "
-              f"{res.bpe:.4f} bits/entry, {res.seconds:.2f} s", to_err)
+    _summary(res, output, json_out, quiet, f"{input} -> {output}: {res.entries} entries, "
+             f"{res.nbytes} bytes, {res.bpe:.4f} bits/entry, {res.seconds:.2f} s")
 
 
 @app.command("decompress")
@@ -98,12 +103,8 @@ def decompress_cli(
     from co3cli.codec import decompress
 
     res = decompress(input, output, progress=not quiet)
-    to_err = output == "-"
-    if json_out:
-        _emit(json.dumps(res.to_dict(), indent=1), to_err)
-    elif not quiet or not to_err:
-        _emit(f"{input} -> {output}: {res.entries} entries from {res.nbytes} bytes, "
-              f"{res.seconds:.2f} s", to_err)
+    _summary(res, output, json_out, quiet, f"{input} -> {output}: {res.entries} entries from "
+             f"{res.nbytes} bytes, {res.seconds:.2f} s")
 
 
 @app.command("inspect")
