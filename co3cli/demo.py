@@ -15,6 +15,7 @@ CONFIGS = (
     ("fp8-e5m2 huffman, saved codebook", "fp8-e5m2", "huffman", None, None),
     ("fp8-e5m2 ans gennorm-zi", "fp8-e5m2", "ans", None, "gennorm-zi"),
     ("fp8-e5m2 ans gennorm2-zi", "fp8-e5m2", "ans", None, "gennorm2-zi"),
+    ("fp8-e5m2 ctx (context-adaptive)", "fp8-e5m2", "ctx", None, "gennorm-zi"),
     ("fp4-co3 ans gennorm-mse", "fp4-co3", "ans", "gennorm-mse", "gennorm-zi"),
 )
 

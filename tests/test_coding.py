@@ -326,7 +326,7 @@ def test_table_constructors_validate():
 
 
 def test_registry_errors_and_configs():
-    with pytest.raises(InputError, match=r"allowed: \['ans', 'huffman'\]"):
+    with pytest.raises(InputError, match=r"allowed: \['ans', 'ctx', 'huffman'\]"):
         get_coder("arith")
     with pytest.raises(InputError, match=r"allowed: \['max_len'\]"):
         get_coder("huffman", precision=16)

@@ -36,7 +36,9 @@ FormatOpt = typer.Option("fp8-e5m2", "--format", "-f",
                               "fpE.M[-bB][-ieee|-fn|-full], uniformB[-cX].")
 ScaleOpt = typer.Option(None, "--scale", "-s",
                         help="Scale rule: absmax (default), gennorm-mse, co3-poly.")
-CoderOpt = typer.Option(None, "--coder", "-c", help="Entropy coder: ans (default) or huffman.")
+CoderOpt = typer.Option(None, "--coder", "-c",
+                        help="Entropy coder: ans (default; order-0 rANS), huffman, or ctx "
+                             "(context-adaptive: smallest files, ~5x slower).")
 ModelOpt = typer.Option("gennorm-zi", "--model", "-m",
                         help="Model behind the table: gennorm-zi, gennorm2-zi (GenNorm mixture "
                              "fitted to the cells; closest to the counts), gennorm, normal, "

@@ -41,6 +41,7 @@ import numpy as np
 from co3cli.coding.ans import (
     AnsTable, check_precision, quantize_freqs, uvarints_from_bytes, uvarints_to_bytes,
 )
+from co3cli.coding.ctx import CtxCoder
 from co3cli.coding.huffman import HuffmanTable, check_max_len, huffman_lengths
 from co3cli.errors import CorruptDataError, InputError
 
@@ -141,7 +142,7 @@ class AnsCoder:
         return table
 
 
-CODERS = {cls.id: cls for cls in (HuffmanCoder, AnsCoder)}
+CODERS = {cls.id: cls for cls in (HuffmanCoder, AnsCoder, CtxCoder)}
 """Registry: stable id -> coder class (its ``params`` dict lists the allowed parameters)."""
 
 
