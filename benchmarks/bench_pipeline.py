@@ -3,7 +3,8 @@
     python benchmarks/bench_pipeline.py [--n 10000000] [--repeat 5] [--json]
 
 Input: one float32 layer of ``--n`` entries (GenNorm beta=0.9 with 15 % exact zeros, like a
-ReLU net's gradient). Throughput = MB of float32 input per second (1 MB = 1e6 bytes).
+ReLU net's gradient; i.i.d., so the context coder ``ctx`` has no structure to find here — see
+``bench_ctx.py``/``bench_rate.py`` for its rates on real gradients). Throughput = MB of float32 input per second (1 MB = 1e6 bytes).
 
 * co3 compress = scale (absmax) + quantize + model fit + integer table + entropy code + frame
   (a complete ``.co3`` file in memory, CRCs included);
@@ -54,8 +55,8 @@ def co3_roundtrip(x, fmt, coder_id, repeat):
 
     grid, coder = get_grid(fmt), get_coder(coder_id)
     data = x.reshape(1, -1)
-    header = {"format": grid.config(), "coder": coder.config(), "steps": [0],
-              "layers": [{"name": "w", "shape": [x.size], "numel": x.size}]}
+    header = {"format": grid.config(), "coder": coder.config(), "steps": [0], "scale_rule": "absmax",
+              "model": "gennorm-zi", "layers": [{"name": "w", "shape": [x.size], "numel": x.size}]}
 
     def compress():
         buf = io.BytesIO()
@@ -114,8 +115,8 @@ def main():
     mb = x.nbytes / 1e6
     peer = peer_roundtrip(x, args.repeat)
     rows = []
-    for fmt, coder in (("fp8-e5m2", "huffman"), ("fp8-e5m2", "ans"), ("fp4-co3", "ans"),
-                       ("fp4-co3", "huffman")):
+    for fmt, coder in (("fp8-e5m2", "huffman"), ("fp8-e5m2", "ans"), ("fp8-e5m2", "ctx"),
+                       ("fp4-co3", "ans"), ("fp4-co3", "huffman"), ("fp4-co3", "ctx")):
         r = co3_roundtrip(x, fmt, coder, args.repeat)
         rows.append({"config": f"co3 {fmt} {coder}", **r})
     rows.append({"config": "peer: torch fp8-e5m2 cast + zstd-3", **peer})

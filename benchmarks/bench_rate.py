@@ -230,7 +230,7 @@ def per_step_payload(path: str) -> np.ndarray:
 
 def whole_file(dump_name, path, fmt, scale, tmp, out) -> dict:
     files = {}
-    for coder in ("ans", "huffman"):
+    for coder in ("ans", "huffman", "ctx"):
         dst = os.path.join(tmp, f"{dump_name}.{fmt}.{scale}.{coder}.co3")
         r = compress(path, dst, format=fmt, scale=None if scale == "absmax" else scale,
                      coder=coder, model="gennorm-zi")
@@ -396,7 +396,7 @@ def render(res: dict) -> str:
     pcols = [("dump", "dump", ""), ("config", "config", ""), ("entropy_bpe", "H", ".3f")]
     L.append(md_table(res["peers"], pcols + [
         ("entropy_pooled_bpe", "H pooled", ".3f"), ("co3_ans", "co3 ans", ".3f"),
-        ("co3_huffman", "co3 huff", ".3f"), ("zstd-3", "zstd-3", ".3f"),
+        ("co3_huffman", "co3 huff", ".3f"), ("co3_ctx", "**co3 ctx**", ".3f"), ("zstd-3", "zstd-3", ".3f"),
         ("zstd-19", "zstd-19", ".3f"), ("lzma-6", "lzma-6", ".3f"), ("zlib-9", "zlib-9", ".3f"),
         ("best", "best", ""), (lambda r: r["co3_ans"] - r["best_peer_bpe"], "co3 - best peer", "+.3f"),
         (lambda r: r["entropy_bpe"] - r["best_peer_bpe"], "H - best peer", "+.3f")]))
@@ -407,7 +407,8 @@ def render(res: dict) -> str:
                                                         ("entropy_bpe", "H", ".3f"),
                                                         ("dead_fraction", "dead pos", ".3f"),
                                                         ("entropy_dead_mask_bpe", "H+mask", ".3f")] + [
-        ("co3_ans", "co3 ans", ".3f"), ("zstd-3", "zstd-3", ".3f"), ("zstd-19", "zstd-19", ".3f"),
+        ("co3_ans", "co3 ans", ".3f"), ("co3_ctx", "**co3 ctx**", ".3f"), ("zstd-3", "zstd-3", ".3f"),
+        ("zstd-19", "zstd-19", ".3f"),
         ("lzma-6", "lzma-6", ".3f"), ("zlib-9", "zlib-9", ".3f"), ("best", "best", ""),
         (lambda r: r["entropy_bpe"] - r["best_peer_bpe"], "H - best peer", "+.3f")]))
     L += ["", s["peer_note"], "", "## 5. Staleness: codebook from step index 0 vs fresh tables", "",
@@ -486,8 +487,10 @@ def summarize(res: dict) -> dict:
     lz_below_h = []
     for r in res["peers"] + res["peer_layers"]:
         key = "whole" if "layer" not in r else "layer"
-        wins.setdefault(key, {}).setdefault(r["best"] if r["best_peer_bpe"] < r["co3_ans"] else "co3 ans", 0)
-        wins[key][r["best"] if r["best_peer_bpe"] < r["co3_ans"] else "co3 ans"] += 1
+        cands = {"co3 ans": r["co3_ans"], "co3 ctx": r["co3_ctx"], r["best"]: r["best_peer_bpe"]}
+        winner = min(cands, key=cands.get)
+        wins.setdefault(key, {}).setdefault(winner, 0)
+        wins[key][winner] += 1
         if r["best_peer_bpe"] < r["entropy_bpe"]:
             lz_below_h.append((where(r), r["entropy_bpe"] - r["best_peer_bpe"]))
     s["peer_wins"] = wins
@@ -498,7 +501,7 @@ def summarize(res: dict) -> dict:
     s["lz_below_entropy"] = lz_below_h
     gaps = [g for _, g in lz_below_h]
     s["peer_note"] = (
-        f"Winner counts (co3 ans file/block vs best peer): whole dumps {wins.get('whole')}, "
+        f"Winner counts (co3 ans / co3 ctx file or block vs best peer): whole dumps {wins.get('whole')}, "
         f"large layers {wins.get('layer')}. A peer beats the order-0 entropy H in "
         f"{len(lz_below_h)} of {len(res['peers']) + len(res['peer_layers'])} rows"
         + (f" (by {min(gaps):.3f}..{max(gaps):.3f} bits/entry)." if gaps else "."))
@@ -563,12 +566,14 @@ def main(argv=None) -> None:
             rf = {c: r for c, (_, r) in files.items()}
             if a["peer_total"] is not None:
                 p = a["peer_total"]
-                p["co3_ans"], p["co3_huffman"] = rf["ans"].bpe, rf["huffman"].bpe
+                p["co3_ans"], p["co3_huffman"], p["co3_ctx"] = (rf["ans"].bpe, rf["huffman"].bpe,
+                                                                 rf["ctx"].bpe)
                 res["peers"].append(p)
-            ans_layers = {lay["name"]: 8 * lay["bytes"] / lay["entries"] for lay in rf["ans"].layers}
+            per_layer = {c: {lay["name"]: 8 * lay["bytes"] / lay["entries"] for lay in rf[c].layers}
+                         for c in ("ans", "ctx")}
             for p in res["peer_layers"]:
                 if p["dump"] == name and p["config"] == cfg:
-                    p["co3_ans"] = ans_layers[p["layer"]]
+                    p["co3_ans"], p["co3_ctx"] = per_layer["ans"][p["layer"]], per_layer["ctx"][p["layer"]]
             if name == long_name:
                 staleness(name, path, fmt, scale, tmp, files, a["step_entropy"], res)
             for _, (dst, _) in files.items():

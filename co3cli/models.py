@@ -112,7 +112,7 @@ def _branch(mask: np.ndarray, f_true, f_false) -> np.ndarray:
 
 class _GenNorm:
     names = ("beta", "scale")
-    placeholder = {"beta": 2.0, "scale": 1.0}
+    stand_in = {"beta": 2.0, "scale": 1.0}
 
     @staticmethod
     def pq(t, p):
@@ -143,7 +143,7 @@ class _GenNorm:
 
 class _Normal:
     names = ("sigma",)
-    placeholder = {"sigma": 1.0}
+    stand_in = {"sigma": 1.0}
 
     @staticmethod
     def pq(t, p):
@@ -167,7 +167,7 @@ class _Normal:
 
 class _Laplace:
     names = ("b",)
-    placeholder = {"b": 1.0}
+    stand_in = {"b": 1.0}
 
     @staticmethod
     def pq(t, p):
@@ -187,7 +187,7 @@ class _Laplace:
 
 class _DWeibull:
     names = ("c", "scale")
-    placeholder = {"c": 1.0, "scale": 1.0}
+    stand_in = {"c": 1.0, "scale": 1.0}
 
     @staticmethod
     def pq(t, p):
@@ -242,7 +242,7 @@ class Fit:
 
     ``params`` are floats: gennorm ``beta``, ``scale`` (= alpha); normal ``sigma``; laplace
     ``b``; dweibull ``c``, ``scale``; empirical none. ``n`` entries were fitted, ``n_nonzero``
-    of them non-zero. A zero-inflated fit of all-zero data has ``p0 == 1`` and placeholder
+    of them non-zero. A zero-inflated fit of all-zero data has ``p0 == 1`` and stand-in
     parameters (weight 0). The ``empirical`` fit keeps a reference to the data it was built
     from (not serialised); one restored by :meth:`from_dict` carries no data.
     """
@@ -668,7 +668,7 @@ def _fit_prepared(data: _Data, model: str) -> Fit:
         if not zi:
             raise InputError(f"model {model!r}: all {n} entries are 0, so it has no scale; use a "
                              "zero-inflated model (gennorm-zi, normal-zi, laplace-zi, dweibull)")
-        return Fit(model, dict(family.placeholder), p0=1.0, n=n, n_nonzero=0)
+        return Fit(model, dict(family.stand_in), p0=1.0, n=n, n_nonzero=0)
     m = nnz if zi else n  # entries the continuous component is fitted to
     if family is _Normal:
         params = {"sigma": data.amax * math.sqrt(data.unit_sums()[1] / m)}
