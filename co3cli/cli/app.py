@@ -237,7 +237,7 @@ def codebook_build_cli(
     steps: Optional[List[int]] = typer.Option(None, "--step", help="Use only these step indices "
                                               "(repeatable), e.g. --step 0 for a first-step book."),
     pooled: bool = typer.Option(False, "--pooled", help="One table for all layers ('*')."),
-    nonfinite: str = NonfiniteOpt, quiet: bool = QuietOpt,
+    nonfinite: str = NonfiniteOpt, json_out: bool = JsonOpt, quiet: bool = QuietOpt,
 ):
     """Fit a model per layer and freeze it into integer tables saved as JSON.
 
@@ -257,7 +257,11 @@ def codebook_build_cli(
                         steps=steps, progress=not quiet)
     with output_file(output) as f:
         book.save(f)
-    if output != "-":
+    if json_out:
+        _emit(json.dumps({"output": output, "layers": list(book.doc["layers"]), "format": grid.id,
+                          "coder": coder_obj.config(), "model": model,
+                          "checksum": book.checksum}, indent=1), output == "-")
+    elif output != "-":
         _emit(f"{input} -> {output}: {len(book.doc['layers'])} table(s), format {grid.id}, "
               f"coder {coder_obj.config()}, model {model}")
 
@@ -311,18 +315,20 @@ def capture_cli(
     optimizer: str = typer.Option("sgd", "--optimizer", help="sgd or adam."),
     layers: str = typer.Option("*", "--layers", help="Glob over parameter names."),
     seed: int = typer.Option(0, "--seed"),
-    quiet: bool = QuietOpt,
+    json_out: bool = JsonOpt, quiet: bool = QuietOpt,
 ):
     """Train a built-in model on bundled data and record its gradients into a dump.
 
     Example: co3 capture --task mnist5k-mlp --steps 200 --every 20 -o dump.h5
     """
-    from co3cli.capture import capture
+    from co3cli.capture import capture, summary_dict
 
     _torch_one_thread()
     s = capture(task, output, steps=steps, batch_size=batch_size, lr=lr, momentum=momentum,
                 optimizer=optimizer, seed=seed, every=every, layers=layers, progress=not quiet)
-    if not quiet or output != "-":
+    if json_out:
+        _emit(json.dumps(summary_dict(s), indent=1), output == "-")
+    elif not quiet or output != "-":
         _emit(f"captured {task} -> {output}: {s}", output == "-")
 
 
