@@ -20,7 +20,6 @@ Codebook file (``co3.codebook/1``, JSON)::
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import zlib
 from dataclasses import dataclass
@@ -175,6 +174,7 @@ def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=Fals
     codebook built on the first step only. ``pooled`` adds one table for all layers (``*``).
     """
     from co3cli.codec import _progress, scale_and_quantize
+    from co3cli.fileio import created_timestamp
 
     check_model(model)
     rows = None if steps is None else np.asarray(steps, dtype=np.int64)
@@ -206,7 +206,7 @@ def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=Fals
     doc = {
         "schema": SCHEMA,
         "co3cli_version": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": created_timestamp(),
         "format": grid.config(),
         "coder": coder.config(),
         "model": model,

@@ -10,7 +10,6 @@ Memory stays at a few times the largest layer, whatever the dump's total size.
 
 from __future__ import annotations
 
-import datetime as _dt
 import time
 from dataclasses import dataclass, field
 
@@ -21,7 +20,7 @@ from co3cli import codebook as cb
 from co3cli.coding import coder_from_config, get_coder
 from co3cli.container import Co3Writer, open_co3
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.fileio import input_path, output_file
+from co3cli.fileio import created_timestamp, input_path, output_file
 from co3cli.formats import get_grid
 from co3cli.quantize import TIE_RULE, compute_scale, dequantize, quantize
 
@@ -44,6 +43,7 @@ class CodecResult:
     entries: int
     layers: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    nonfinite_replaced: int = 0  # NaN/Inf set to 0 under the ``zero`` policy
 
     @property
     def bpe(self) -> float:
@@ -51,7 +51,8 @@ class CodecResult:
 
     def to_dict(self) -> dict:
         return {"path": self.path, "bytes": self.nbytes, "entries": self.entries, "bpe": self.bpe,
-                "seconds": self.seconds, "layers": self.layers}
+                "seconds": self.seconds, "nonfinite_replaced": self.nonfinite_replaced,
+                "layers": self.layers}
 
 
 def scale_and_quantize(data: np.ndarray, grid, scale_rule):
@@ -97,7 +98,7 @@ def row_length(shape, numel: int) -> int:
 def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
     return {
         "co3cli_version": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": created_timestamp(),
         "format": grid.config(),
         "tie_rule": TIE_RULE,
         "scale_rule": scale_rule or ("clip" if grid.clip_sigma is not None else "absmax"),
@@ -112,29 +113,44 @@ def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
     }
 
 
-def compress(src, dst, *, format="fp8-e5m2", scale=None, coder=None, coder_params=None,
-             model="gennorm-zi", codebook=None, nonfinite="error", progress=False) -> CodecResult:
+DEFAULT_FORMAT, DEFAULT_CODER, DEFAULT_MODEL = "fp8-e5m2", "ans", "gennorm-zi"
+
+
+def _from_book(what: str, given, stored):
+    """A setting fixed by a codebook: taken from it, or checked against it."""
+    if given is not None and given != stored:
+        raise InputError(f"{what} {given!r} conflicts with the codebook's {stored!r} (omit it)")
+    return stored
+
+
+def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None,
+             model=None, codebook=None, nonfinite="error", progress=False) -> CodecResult:
     """Compress dump ``src`` (path or ``-``) into ``.co3`` file ``dst`` (path or ``-``).
 
-    ``coder`` defaults to ``ans`` (or the codebook's coder, which it must match if given).
+    Defaults: format ``fp8-e5m2``, coder ``ans``, model ``gennorm-zi``, scale rule ``absmax``.
+    A ``codebook`` fixes format, scale rule, coder and tables; passing a different one is an
+    error.
     """
     from co3cli.dump import Dump
 
     t0 = time.perf_counter()
-    grid = get_grid(format)
     book = None
     if codebook is not None:
         book = codebook if isinstance(codebook, cb.Codebook) else cb.load(codebook)
+        grid = get_grid(_from_book("format", format, book.format_id))
         book.check_compatible(grid)
+        scale = _from_book("scale rule", scale, book.doc["scale_rule"])
         if coder_params:
             raise InputError("coder options come from the codebook; do not pass them with --codebook")
         coder_obj = book.coder
-        if coder is not None and coder != coder_obj.id:
-            raise InputError(f"the codebook holds {coder_obj.id} tables; --coder {coder} conflicts")
+        _from_book("coder", coder, coder_obj.id)
+        if model is not None:
+            raise InputError("the codebook's tables are used as they are; do not pass a model")
         model = "codebook"
     else:
-        coder_obj = get_coder(coder or "ans", **(coder_params or {}))
-        cb.check_model(model)
+        grid = get_grid(format or DEFAULT_FORMAT)
+        coder_obj = get_coder(coder or DEFAULT_CODER, **(coder_params or {}))
+        model = cb.check_model(model or DEFAULT_MODEL)
     with Dump.open(src, nonfinite=nonfinite) as dump, output_file(dst) as f:
         info = None if book is None else {"source": book.source, "checksum": book.checksum}
         writer = Co3Writer(f, _header(dump, grid, coder_obj, scale, model, info))
@@ -151,6 +167,7 @@ def compress(src, dst, *, format="fp8-e5m2", scale=None, coder=None, coder_param
             result.entries += int(data.size)
             del data, enc
         result.nbytes = writer.close()
+        result.nonfinite_replaced = int(sum(dump.nonfinite_counts.values()))
     result.seconds = time.perf_counter() - t0
     return result
 
@@ -198,7 +215,9 @@ def decompress(src, dst, *, progress=False) -> CodecResult:
         co3 = open_co3(f, str(src))
         h = co3.header
         grid, coder = read_co3_setup(h)
-        attrs = dict(h.get("source") or {})
+        # the source's provenance, minus what the new file must state for itself
+        attrs = {k: v for k, v in (h.get("source") or {}).items()
+                 if k not in ("schema", "created", "co3cli_version", "layers")}
         attrs.update(co3_source=json.dumps({k: h[k] for k in ("format", "coder", "scale_rule",
                                                                 "model", "tie_rule", "co3cli_version")}),
                      quantized_format=grid.id)

@@ -192,6 +192,8 @@ class Co3File:
             pos = end
         if pos != len(mv):
             raise CorruptDataError(f"layer {i}: {len(mv) - pos} unexpected bytes after its chunks")
+        if not np.all(np.isfinite(scales) & (scales > 0)):
+            raise CorruptDataError(f"layer {i} ({lay['name']}): a scale is not a positive number")
         return LayerBlock(i, lay["name"], meta, table, scales, bodies, len(buf), payload)
 
     def layers(self) -> Iterator[LayerBlock]:
@@ -213,8 +215,8 @@ def header_problem(h) -> str | None:
             return f"{key!r} missing or not a {kind.__name__}"
     if not isinstance(h["format"].get("id"), str) or not isinstance(h["coder"].get("id"), str):
         return "format/coder without an id"
-    if not all(_is_int(s) for s in h["steps"]):
-        return "steps must be integers"
+    if not all(_is_int(s) and -2**63 <= s < 2**63 for s in h["steps"]):
+        return "steps must be 64-bit integers"
     if h.get("loss") is not None and (not isinstance(h["loss"], list) or len(h["loss"]) != len(h["steps"])
                                       or not all(isinstance(v, (int, float)) for v in h["loss"])):
         return "loss must be a list of numbers, one per step"

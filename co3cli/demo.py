@@ -51,8 +51,15 @@ def run_demo(out: Path, *, task="mnist5k-mlp", steps=60, progress=True, log=prin
     from co3cli.formats import get_grid
     from co3cli.report import bits_table, format_table, report_co3
 
+    from co3cli.errors import InputError
+    from co3cli.fileio import output_file
+
     log = log or (lambda *a, **k: None)
+    if not isinstance(steps, int) or steps < 1:
+        raise InputError(f"--steps must be an integer >= 1, got {steps!r}")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {str(out)!r} exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     dump = out / "dump.h5"
     summary = capture(task, dump, steps=steps, every=5, seed=0, progress=progress)
@@ -68,7 +75,7 @@ def run_demo(out: Path, *, task="mnist5k-mlp", steps=60, progress=True, log=prin
     book_path = out / "book.json"
     with Dump.open(dump) as d:
         book = cb.build(d, get_grid("fp8-e5m2"), get_coder("huffman"), model="gennorm-zi")
-    with open(book_path, "wb") as f:
+    with output_file(book_path) as f:
         book.save(f)
     log(f"[3/6] codebook: gennorm-zi Huffman tables for fp8-e5m2 -> {book_path}")
 

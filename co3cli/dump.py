@@ -50,7 +50,6 @@ stdout (``-``) or a file object spools to a temporary file and copies it out at 
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
 import os
@@ -67,6 +66,7 @@ import numpy as np
 
 from co3cli import __version__
 from co3cli.errors import InputError
+from co3cli.fileio import created_timestamp
 
 SCHEMA = "co3.gradients/1"
 """The schema string this module writes."""
@@ -79,10 +79,6 @@ NONFINITE_POLICIES = ("error", "zero")
 # Rows per chunk of a dataset grown by append_step: about this many bytes per chunk.
 _CHUNK_BYTES = 1 << 14
 _MAX_CHUNK_ROWS = 64
-
-
-def _utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
 def _check_layer_name(name: Any) -> str:
@@ -201,7 +197,7 @@ class DumpWriter:
         try:
             root = dict(attrs or {})
             root.setdefault("schema", SCHEMA)
-            root.setdefault("created", _utc_now())
+            root.setdefault("created", created_timestamp())
             root.setdefault("co3cli_version", __version__)
             if "torch" in sys.modules and "torch_version" not in root:
                 root["torch_version"] = str(sys.modules["torch"].__version__)

@@ -8,6 +8,7 @@ renamed into place, or copied to stdout, only when the writer finished without e
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import os
 import shutil
 import sys
@@ -18,6 +19,14 @@ from typing import BinaryIO, Iterator
 from co3cli.errors import InputError
 
 _CHUNK = 1 << 22
+
+
+def created_timestamp() -> str:
+    """ISO UTC time, or ``SOURCE_DATE_EPOCH`` when set (for byte-reproducible outputs)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc) if epoch and epoch.isdigit() \
+        else _dt.datetime.now(_dt.timezone.utc)
+    return when.isoformat(timespec="seconds")
 
 
 @contextlib.contextmanager
@@ -46,14 +55,14 @@ def input_path(path: str | os.PathLike, what: str = "input") -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def output_file(path: str | os.PathLike, overwrite: bool = True) -> Iterator[BinaryIO]:
+def output_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """A binary file to write ``path`` through; it appears only if the block succeeds."""
-    with output_path(path, overwrite) as tmp, open(tmp, "wb") as f:
+    with output_path(path) as tmp, open(tmp, "wb") as f:
         yield f
 
 
 @contextlib.contextmanager
-def output_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
+def output_path(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path to write; renamed to ``path`` (or copied to stdout for ``-``) on success."""
     to_stdout = str(path) == "-"
     if to_stdout:
@@ -64,8 +73,6 @@ def output_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
         target = Path(path)
         if target.is_dir():
             raise InputError(f"output {str(target)!r} is a directory")
-        if target.exists() and not overwrite:
-            raise InputError(f"output {str(target)!r} exists (use --force to overwrite)")
         directory = target.parent if str(target.parent) else Path(".")
         if not directory.is_dir():
             raise InputError(f"output folder {str(directory)!r} does not exist")
@@ -81,6 +88,9 @@ def output_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
                 shutil.copyfileobj(f, sys.stdout.buffer, _CHUNK)
             sys.stdout.buffer.flush()
         else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp made it 0600; give it a normal file's mode
             os.replace(tmp, target)
     finally:
         with contextlib.suppress(OSError):

@@ -181,9 +181,16 @@ def _to_f32_scale(s: float) -> np.float32:
 
 
 def fit_sample(x: np.ndarray, limit: int = FIT_SAMPLE) -> np.ndarray:
-    """Deterministic evenly strided subsample of at most ``limit`` entries."""
-    step = max(1, -(-x.size // limit))
-    return x[::step]
+    """At most ``limit`` entries drawn uniformly (with replacement) by a fixed-seed generator.
+
+    Random, not strided: a stride that divides the row length would only ever see the same
+    columns (e.g. the always-zero border pixels of an MNIST layer). Fixed seed: deterministic.
+    """
+    if x.size <= limit:
+        return x
+    idx = np.random.default_rng(0x5EED).integers(0, x.size, size=limit)
+    idx.sort()  # memory order: a faster gather
+    return x[idx]
 
 
 def compute_scale(x, grid: Grid, rule: str | None = None) -> np.float32:

@@ -76,6 +76,7 @@ def layer_metrics(counts, pmf, beta, nbytes, payload_bytes, max_len: int = 16) -
         "bpe": 8.0 * nbytes / n,
         "payload_bpe": 8.0 * payload_bytes / n,
         "bytes": int(nbytes),
+        "payload_bytes": int(payload_bytes),
         "side_bytes": int(nbytes - payload_bytes),
     }
 
@@ -123,12 +124,13 @@ def summarize(layers: list[dict], file_bytes: int) -> dict:
     total["beta"] = None
     total["bpe"] = 8.0 * file_bytes / n
     total["bytes"] = int(file_bytes)
-    total["side_bytes"] = int(file_bytes - sum(lay["payload_bpe"] * lay["entries"] / 8 for lay in layers))
+    total["payload_bytes"] = sum(lay["payload_bytes"] for lay in layers)
+    total["side_bytes"] = int(file_bytes - total["payload_bytes"])
     return total
 
 
-def report_dump(path, *, format="fp8-e5m2", scale=None, coder=None, coder_params=None,
-                model="gennorm-zi", codebook=None, nonfinite="error", progress=False,
+def report_dump(path, *, format=None, scale=None, coder=None, coder_params=None,
+                model=None, codebook=None, nonfinite="error", progress=False,
                 keep_hist=False) -> dict:
     """Compress a dump (to a temporary file) and report on the real bytes."""
     import os

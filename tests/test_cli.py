@@ -48,6 +48,8 @@ def test_commands_and_json(dump_path, tmp_path, capsys):
     for key in ("entries", "zero_fraction", "beta", "entropy_bpe", "cross_entropy_bpe",
                 "huffman_bpe", "bpe"):
         assert key in rep["total"] and key in rep["layers"][0]
+    code, o, e = co3("report", out, "--format", "fp4-co3", capsys=capsys)
+    assert code == 1 and "--format only apply to a dump" in e
     code, o, e = co3("report", dump_path, "--format", "fp4-co3", "-q", capsys=capsys)
     assert code == 0 and "TOTAL" in o and "fp4-co3" in o
     code, o, e = co3("fit", dump_path, "--json", "-q", capsys=capsys)

@@ -81,9 +81,50 @@ def test_codebook_reuse_and_staleness(dump_path, tmp_path):
     check_lossless(dump_path, co3, dec, "fp8-e5m2", None)
     with open(co3, "rb") as f:
         assert open_co3(f).header["coder"] == {"id": "huffman", "max_len": 14}
-    with pytest.raises(InputError, match="built for format"):
+    with pytest.raises(InputError, match="format 'fp8-e4m3' conflicts"):
         compress(dump_path, tmp_path / "x.co3", format="fp8-e4m3", codebook=path)
     assert not (tmp_path / "x.co3").exists()
+
+
+def test_codebook_fixes_format_scale_rule_and_coder(dump_path, tmp_path):
+    with Dump.open(dump_path) as d:
+        book = cb.build(d, get_grid("fp4-co3"), get_coder("ans"), scale_rule="gennorm-mse")
+    path = tmp_path / "book.json"
+    with open(path, "wb") as f:
+        book.save(f)
+    co3, dec = tmp_path / "g.co3", tmp_path / "q.h5"
+    compress(dump_path, co3, codebook=path)  # no format, scale or coder given: the book's
+    with open(co3, "rb") as f:
+        h = open_co3(f).header
+    assert (h["format"]["id"], h["scale_rule"], h["coder"]["id"]) == ("fp4-co3", "gennorm-mse", "ans")
+    decompress(co3, dec)
+    check_lossless(dump_path, co3, dec, "fp4-co3", "gennorm-mse")
+    for kwargs, needle in (({"scale": "absmax"}, "scale rule"), ({"coder": "huffman"}, "coder"),
+                           ({"model": "normal"}, "model")):
+        with pytest.raises(InputError, match=needle):
+            compress(dump_path, tmp_path / "x.co3", codebook=path, **kwargs)
+    assert not (tmp_path / "x.co3").exists()
+
+
+def test_fit_sample_sees_every_column():
+    """A strided sample whose stride divides the row length would only see some columns."""
+    from co3cli.codebook import scaled_sample
+
+    rows = np.ones((64, 28 * 28), np.float32)
+    rows[:, ::28] = 0  # every 28th column is always zero (like MNIST's border pixels)
+    data = np.tile(rows.reshape(1, -1), (72, 1))
+    sample = scaled_sample(data, np.ones(72, np.float32))
+    assert abs(float(np.mean(sample == 0)) - 1 / 28) < 0.01
+    assert np.array_equal(sample, scaled_sample(data, np.ones(72, np.float32)))  # deterministic
+
+
+def test_outputs_have_normal_permissions(dump_path, tmp_path):
+    import os
+
+    compress(dump_path, tmp_path / "g.co3")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "g.co3").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_pooled_and_empirical_codebooks(dump_path, tmp_path):

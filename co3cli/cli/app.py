@@ -15,7 +15,7 @@ import numpy as np
 import typer
 
 from co3cli import __version__
-from co3cli.errors import Co3Error
+from co3cli.errors import Co3Error, InputError
 from co3cli.report import bits_table, format_table as _table
 
 app = typer.Typer(
@@ -31,16 +31,16 @@ codebook_app = typer.Typer(help="Build and show codebooks (integer tables frozen
                            no_args_is_help=True)
 app.add_typer(codebook_app, name="codebook")
 
-FormatOpt = typer.Option("fp8-e5m2", "--format", "-f",
-                         help="Grid: fp8-e5m2, fp8-e4m3, fp8-143-b10, fp4-co3, fp4-e2m1, "
+FormatOpt = typer.Option(None, "--format", "-f",
+                         help="Grid: fp8-e5m2 (default), fp8-e4m3, fp8-143-b10, fp4-co3, fp4-e2m1, "
                               "fpE.M[-bB][-ieee|-fn|-full], uniformB[-cX].")
 ScaleOpt = typer.Option(None, "--scale", "-s",
                         help="Scale rule: absmax (default), gennorm-mse, co3-poly.")
 CoderOpt = typer.Option(None, "--coder", "-c",
                         help="Entropy coder: ans (default; order-0 rANS), huffman, or ctx "
                              "(context-adaptive: smallest files, ~5x slower).")
-ModelOpt = typer.Option("gennorm-zi", "--model", "-m",
-                        help="Model behind the table: gennorm-zi, gennorm2-zi (GenNorm mixture "
+ModelOpt = typer.Option(None, "--model", "-m",
+                        help="Model behind the table: gennorm-zi (default), gennorm2-zi (GenNorm mixture "
                              "fitted to the cells; closest to the counts), gennorm, normal, "
                              "normal-zi, laplace, laplace-zi, dweibull, empirical.")
 MaxLenOpt = typer.Option(None, "--max-len", help="Huffman: longest code length (default 16).")
@@ -72,10 +72,11 @@ def _summary(res, output: str, json_out: bool, quiet: bool, line: str) -> None:
 def compress_cli(
     input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
     output: str = typer.Option(..., "--output", "-o", help="Output .co3 file, or - for stdout."),
-    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
-    model: str = ModelOpt,
+    format: Optional[str] = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
+    model: Optional[str] = ModelOpt,
     codebook: Optional[Path] = typer.Option(None, "--codebook", "-b",
-                                            help="Reuse a saved codebook (fixes format and coder)."),
+                                            help="Reuse a saved codebook (it fixes format, scale "
+                                                 "rule, coder and tables)."),
     max_len: Optional[int] = MaxLenOpt, precision: Optional[int] = PrecisionOpt,
     nonfinite: str = NonfiniteOpt, json_out: bool = JsonOpt, quiet: bool = QuietOpt,
 ):
@@ -88,8 +89,9 @@ def compress_cli(
     res = compress(input, output, format=format, scale=scale, coder=coder,
                    coder_params=_coder_params(max_len, precision), model=model, codebook=codebook,
                    nonfinite=nonfinite, progress=not quiet)
+    replaced = f", {res.nonfinite_replaced} NaN/Inf set to 0" if res.nonfinite_replaced else ""
     _summary(res, output, json_out, quiet, f"{input} -> {output}: {res.entries} entries, "
-             f"{res.nbytes} bytes, {res.bpe:.4f} bits/entry, {res.seconds:.2f} s")
+             f"{res.nbytes} bytes, {res.bpe:.4f} bits/entry, {res.seconds:.2f} s{replaced}")
 
 
 @app.command("decompress")
@@ -156,8 +158,8 @@ def _is_co3(path: Path) -> bool:
 @app.command("report")
 def report_cli(
     input: str = typer.Argument(..., help=".co3 file or gradient dump (.h5), or - for stdin."),
-    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
-    model: str = ModelOpt, max_len: Optional[int] = MaxLenOpt,
+    format: Optional[str] = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
+    model: Optional[str] = ModelOpt, max_len: Optional[int] = MaxLenOpt,
     precision: Optional[int] = PrecisionOpt, nonfinite: str = NonfiniteOpt,
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw a PNG (needs matplotlib)."),
     json_out: bool = JsonOpt, quiet: bool = QuietOpt,
@@ -173,6 +175,12 @@ def report_cli(
 
     with input_path(input, "input") as p:
         if _is_co3(p):
+            given = {"--format": format, "--scale": scale, "--coder": coder, "--model": model,
+                     "--max-len": max_len, "--precision": precision}
+            given = [k for k, v in given.items() if v is not None]
+            if given or nonfinite != "error":
+                raise InputError(f"{', '.join(given) or '--nonfinite'} only apply to a dump; "
+                                 f"{input} is a .co3 file, reported as it was compressed")
             rep = report.report_co3(p, name=input, progress=not quiet, keep_hist=plot is not None)
         else:
             rep = report.report_dump(p, format=format, scale=scale, coder=coder,
@@ -231,8 +239,8 @@ def fit_cli(
 def codebook_build_cli(
     input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
     output: str = typer.Option(..., "--output", "-o", help="Codebook JSON file, or - for stdout."),
-    format: str = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
-    model: str = ModelOpt, max_len: Optional[int] = MaxLenOpt,
+    format: Optional[str] = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
+    model: Optional[str] = ModelOpt, max_len: Optional[int] = MaxLenOpt,
     precision: Optional[int] = PrecisionOpt,
     steps: Optional[List[int]] = typer.Option(None, "--step", help="Use only these step indices "
                                               "(repeatable), e.g. --step 0 for a first-step book."),
@@ -250,8 +258,11 @@ def codebook_build_cli(
     from co3cli.fileio import output_file
     from co3cli.formats import get_grid
 
-    grid = get_grid(format)
-    coder_obj = get_coder(coder or "ans", **_coder_params(max_len, precision))
+    from co3cli.codec import DEFAULT_CODER, DEFAULT_FORMAT, DEFAULT_MODEL
+
+    grid = get_grid(format or DEFAULT_FORMAT)
+    coder_obj = get_coder(coder or DEFAULT_CODER, **_coder_params(max_len, precision))
+    model = model or DEFAULT_MODEL
     with Dump.open(input, nonfinite=nonfinite) as dump:
         book = cb.build(dump, grid, coder_obj, model=model, scale_rule=scale, pooled=pooled,
                         steps=steps, progress=not quiet)
