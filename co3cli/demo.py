@@ -83,8 +83,11 @@ def run_demo(out: Path, *, task="mnist5k-mlp", steps=60, progress=True, log=prin
     for i, (name, fmt, coder, scale, model) in enumerate(CONFIGS):
         stem = f"{i + 1}-{fmt}-{coder}"
         co3_path, dec_path = out / f"{stem}.co3", out / f"{stem}_q.h5"
-        compress(dump, co3_path, format=fmt, coder=coder, scale=scale, model=model or "gennorm-zi",
-                 codebook=book_path if model is None else None, progress=progress)
+        if model is None:  # the saved codebook fixes format, scale rule, coder and tables
+            compress(dump, co3_path, codebook=book_path, progress=progress)
+        else:
+            compress(dump, co3_path, format=fmt, coder=coder, scale=scale, model=model,
+                     progress=progress)
         decompress(co3_path, dec_path, progress=progress)
         n = verify_roundtrip(dump, dec_path, fmt)
         rep = report_co3(co3_path)

@@ -112,3 +112,16 @@ def test_help_does_not_import_heavy_modules():
             "assert not heavy, heavy")
     r = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr.decode()
+
+
+def test_demo_runs_end_to_end(tmp_path, capsys):
+    code, o, e = co3("demo", "--out", tmp_path / "demo", "--steps", "10", "--task", "digits-mlp",
+                     "--json", "-q", capsys=capsys)
+    assert code == 0, e
+    res = json.loads(o)
+    assert len(res["results"]) == 5
+    for r in res["results"]:
+        assert r["verified_entries"] == r["entries"] > 0
+        assert r["bpe"] >= r["payload_bpe"] > 0
+    code, o, e = co3("demo", "--out", tmp_path / "d2", "--steps", "0", capsys=capsys)
+    assert code == 1 and "--steps" in e and not (tmp_path / "d2").exists()
