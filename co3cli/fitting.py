@@ -24,7 +24,8 @@ def fit_dump(src, model_ids, *, per_step=False, layers="*", nonfinite="error", p
                          f"{', '.join(m for m in allowed if m != 'empirical')}")
     fits = []
     with Dump.open(src, nonfinite=nonfinite) as dump:
-        names = [n for n in dump.layers if fnmatch.fnmatchcase(n, layers)]
+        globs = [g.strip() for g in layers.split(",") if g.strip()]
+        names = [n for n in dump.layers if any(fnmatch.fnmatchcase(n, g) for g in globs)]
         if not names:
             raise InputError(f"no layer matches --layers {layers!r}; layers: {', '.join(dump.layers)}")
         for name in _progress(names, progress, "fit"):

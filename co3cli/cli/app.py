@@ -1,7 +1,8 @@
 """The ``co3`` command line: thin typed wrappers over the library; all printing happens here.
 
-Errors from the library (``Co3Error``) become one line on stderr and exit code 1; usage
-errors (unknown options, bad values) keep Click's exit code 2.
+Errors from the library (``Co3Error``: bad files, bad option values such as an unknown format)
+become one line on stderr and exit code 1; usage errors found by the parser (unknown options,
+missing arguments, values of the wrong type) are one line too, with Click's exit code 2.
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ def fit_cli(
                                help="Comma-separated model ids to fit and compare."),
     per_step: bool = typer.Option(False, "--per-step", help="Fit every step separately "
                                   "(default: pool each layer's steps)."),
-    layers: str = typer.Option("*", "--layers", help="Glob over layer names, e.g. '*.weight'."),
+    layers: str = typer.Option("*", "--layers", help="Comma-separated globs over layer names, "
+                               "e.g. '*.weight'."),
     nonfinite: str = NonfiniteOpt, json_out: bool = JsonOpt, quiet: bool = QuietOpt,
 ):
     """Fit GenNorm (and rivals) to every layer: parameters, zero fraction, goodness of fit.
