@@ -66,7 +66,7 @@ def run_demo(out: Path, *, task="mnist5k-mlp", steps=60, progress=True, log=prin
     log(f"[1/6] capture {task} -> {dump}: {summary}")
 
     fits = fit_dump(dump, ["gennorm-zi", "gennorm", "normal-zi", "laplace-zi"], progress=progress)
-    log(f"[2/6] fit: per-layer models (pooled over steps); best by AIC on the non-zero entries")
+    log("[2/6] fit: per-layer models (pooled over steps); best by AIC on the non-zero entries")
     for r in fits["fits"]:
         g = r["models"]["gennorm-zi"]
         log(f"      {r['layer']:<12} zeros {r['zero_fraction']:.3f}  beta {g['params']['beta']:.3f}  "

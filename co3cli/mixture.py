@@ -30,21 +30,6 @@ PARAMS = ("pi", "w", "beta1", "scale1", "beta2", "scale2")
 _BETA = (0.05, 20.0)
 
 
-def gennorm_cells(edges: np.ndarray, beta: float, alpha: float) -> np.ndarray:
-    """Mass of |Z| in each magnitude cell (0-cell first, top cell to +inf), Z ~ GenNorm."""
-    from scipy.special import gammainc, gammaincc
-
-    u = (edges / alpha) ** beta
-    a = 1.0 / beta
-    lo, hi = gammainc(a, u), gammaincc(a, u)  # P(|Z| <= e), P(|Z| > e)
-    cells = np.empty(edges.size + 1)
-    cells[0] = lo[0]
-    # difference of whichever tail is smaller, for accuracy far out
-    cells[1:-1] = np.where(hi[:-1] < 0.5, hi[:-1] - hi[1:], lo[1:] - lo[:-1])
-    cells[-1] = hi[-1]
-    return np.maximum(cells, 0.0)
-
-
 @dataclass(frozen=True)
 class Gennorm2Fit:
     params: dict
@@ -61,7 +46,7 @@ class Gennorm2Fit:
 
     def pmf(self, grid, scale=1.0) -> np.ndarray:
         """Probability of every symbol of ``grid`` (all > 0) for values scaled by ``scale``."""
-        from co3cli.models import pmf_from_counts
+        from co3cli.models import gennorm_cells, pmf_from_counts
 
         edges = np.asarray(grid.edges, dtype=np.float64) / float(scale)
         v = self.params
@@ -115,7 +100,7 @@ def fit_cells(sample: np.ndarray, counts: np.ndarray, grid) -> Gennorm2Fit:
         if not (_BETA[0] < b1 < _BETA[1] and _BETA[0] < b2 < _BETA[1]):
             return 1e300
         with np.errstate(all="ignore"):
-            m = w * gennorm_cells(edges, b1, a1) + (1 - w) * gennorm_cells(edges, b2, a2)
+            m = w * models.gennorm_cells(edges, b1, a1) + (1 - w) * models.gennorm_cells(edges, b2, a2)
             p = np.maximum(np.nan_to_num((1 - p0) * m, nan=0.0), 1e-300)
             p[0] += p0
             return float(-(sym_mass * np.log(p)).sum() / n)

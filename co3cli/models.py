@@ -408,16 +408,7 @@ class Fit:
             k = np.searchsorted(edges, y, side="left")
             sym = K + np.where(np.asarray(x) < 0, -k, k)
             return pmf_from_counts(np.bincount(sym, minlength=2 * K + 1))
-        t = np.concatenate([edges / scale, [np.inf]])
-        pr, q = self._family().pq(t, self.params)
-        pr = np.asarray(pr, dtype=np.float64)
-        q = np.asarray(q, dtype=np.float64)
-        # mass of |Z| in (t[k-1], t[k]]: difference of the smaller of the two tails
-        cell = np.empty(K + 1)
-        cell[0] = pr[0]
-        upper = q[:-1] < 0.5
-        cell[1:] = np.where(upper, q[:-1] - q[1:], pr[1:] - pr[:-1])
-        cell = np.maximum(cell, 0.0)
+        cell = abs_cell_masses(self._family(), self.params, edges / scale)
         w = 1.0 - self.p0
         out = np.empty(2 * K + 1)
         out[K] = self.p0 + w * cell[0]
@@ -429,6 +420,27 @@ class Fit:
 def _floor_normalise(p: np.ndarray) -> np.ndarray:
     p = np.maximum(np.nan_to_num(p, nan=0.0), PMF_FLOOR)
     return p / p.sum()
+
+
+def abs_cell_masses(family, params: dict, edges: np.ndarray) -> np.ndarray:
+    """Mass of |Z| in each magnitude cell: [0, e0], (e0, e1], ..., (e_last, inf).
+
+    Each cell is the difference of whichever tail (lower or upper) is smaller, for accuracy
+    far out in the tails.
+    """
+    t = np.concatenate([edges, [np.inf]])
+    pr, q = family.pq(t, params)
+    pr = np.asarray(pr, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    cell = np.empty(t.size)
+    cell[0] = pr[0]
+    cell[1:] = np.where(q[:-1] < 0.5, q[:-1] - q[1:], pr[1:] - pr[:-1])
+    return np.maximum(cell, 0.0)
+
+
+def gennorm_cells(edges: np.ndarray, beta: float, scale: float) -> np.ndarray:
+    """:func:`abs_cell_masses` of GenNorm(beta, scale), without building a :class:`Fit`."""
+    return abs_cell_masses(_GenNorm, {"beta": beta, "scale": scale}, edges)
 
 
 def pmf_from_counts(counts) -> np.ndarray:

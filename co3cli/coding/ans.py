@@ -179,29 +179,43 @@ def _decode_kernel(words, slot_sym, freq, cum, precision, out):  # pragma: no co
 # Table
 
 
+def check_freqs(freqs, precision: int) -> np.ndarray:
+    """Validated read-only uint32 copy of a frequency table summing to 2**precision."""
+    raw = np.asarray(freqs)
+    if raw.ndim != 1 or not 1 <= raw.size <= MAX_NSYM or raw.dtype.kind not in "iu":
+        raise InputError(
+            f"freqs: need a 1-D integer array of 1..{MAX_NSYM} values, "
+            f"got {raw.dtype} array of shape {raw.shape}"
+        )
+    M = 1 << precision
+    if raw.min() < 0 or raw.max() > M:
+        raise InputError(
+            f"freqs: values must be in 0..2**{precision}, got {int(raw.min())}..{int(raw.max())}"
+        )
+    total = int(raw.astype(np.int64).sum())
+    if total != M:
+        raise InputError(f"freqs: must sum to 2**{precision} = {M}, got {total}")
+    out = raw.astype(np.uint32)
+    out.flags.writeable = False
+    return out
+
+
+def parse_freqs(data: bytes, nsym: int, precision: int, what: str) -> np.ndarray:
+    """``nsym`` LEB128 frequencies filling ``data`` exactly (CorruptDataError otherwise)."""
+    freqs, used = uvarints_from_bytes(data, nsym, what)
+    if used != len(data):
+        raise CorruptDataError(f"{what}: {len(data) - used} trailing bytes")
+    if freqs.max() > 1 << precision:
+        raise CorruptDataError(f"{what}: a frequency exceeds 2**{precision}")
+    return freqs.astype(np.int64)
+
+
 class AnsTable:
     """rANS code for symbols ``0..nsym-1`` with integer ``freqs`` summing to 2**precision."""
 
     def __init__(self, freqs, precision: int = 16):
-        precision = check_precision(precision)
-        raw = np.asarray(freqs)
-        if raw.ndim != 1 or not 1 <= raw.size <= MAX_NSYM or raw.dtype.kind not in "iu":
-            raise InputError(
-                f"freqs: need a 1-D integer array of 1..{MAX_NSYM} values, "
-                f"got {raw.dtype} array of shape {raw.shape}"
-            )
-        M = 1 << precision
-        if raw.min() < 0 or raw.max() > M:
-            raise InputError(
-                f"freqs: values must be in 0..2**{precision}, "
-                f"got {int(raw.min())}..{int(raw.max())}"
-            )
-        total = int(raw.astype(np.int64).sum())
-        if total != M:
-            raise InputError(f"freqs: must sum to 2**{precision} = {M}, got {total}")
-        self._freqs = raw.astype(np.uint32)
-        self._freqs.flags.writeable = False
-        self._precision = precision
+        self._precision = check_precision(precision)
+        self._freqs = check_freqs(freqs, self._precision)
         self._cum = (np.cumsum(self._freqs, dtype=np.int64) - self._freqs).astype(np.uint32)
         self._slot_sym = None
 
@@ -281,12 +295,8 @@ class AnsTable:
             raise CorruptDataError(
                 f"rANS table: precision byte must be 8..24, got {data[:1].hex() or 'nothing'}"
             )
-        freqs, used = uvarints_from_bytes(data[1:], nsym, "rANS table")
-        if 1 + used != len(data):
-            raise CorruptDataError(f"rANS table: {len(data) - 1 - used} trailing bytes")
-        if freqs.max() > 1 << data[0]:
-            raise CorruptDataError(f"rANS table: a frequency exceeds 2**{data[0]}")
+        freqs = parse_freqs(data[1:], nsym, data[0], "rANS table")
         try:
-            return cls(freqs.astype(np.int64), data[0])
+            return cls(freqs, data[0])
         except InputError as err:
             raise CorruptDataError(f"rANS table: {err}") from None

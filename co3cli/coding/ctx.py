@@ -84,10 +84,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from co3cli.coding.ans import check_precision, quantize_freqs
+from co3cli.coding.ans import check_freqs, check_precision, parse_freqs, quantize_freqs
 from co3cli.coding.huffman import MAX_NSYM, as_symbols, check_count, check_int
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
+from co3cli.varint import uvarints_to_bytes
 
 __all__ = ["CtxCoder", "CtxTable", "check_limit"]
 
@@ -524,23 +524,7 @@ class CtxTable:
     def __init__(self, freqs, precision: int = 16, limit: int = 60):
         precision = check_precision(precision)
         self._limit = check_limit(limit)
-        raw = np.asarray(freqs)
-        if raw.ndim != 1 or not 1 <= raw.size <= MAX_NSYM or raw.dtype.kind not in "iu":
-            raise InputError(
-                f"freqs: need a 1-D integer array of 1..{MAX_NSYM} values, "
-                f"got {raw.dtype} array of shape {raw.shape}"
-            )
-        M = 1 << precision
-        if raw.min() < 0 or raw.max() > M:
-            raise InputError(
-                f"freqs: values must be in 0..2**{precision}, "
-                f"got {int(raw.min())}..{int(raw.max())}"
-            )
-        total = int(raw.astype(np.int64).sum())
-        if total != M:
-            raise InputError(f"freqs: must sum to 2**{precision} = {M}, got {total}")
-        self._freqs = raw.astype(np.uint32)
-        self._freqs.flags.writeable = False
+        self._freqs = check_freqs(freqs, precision)
         self._precision = precision
         f = self._freqs.astype(np.int64)
         K = (f.size - 1) // 2
@@ -550,7 +534,7 @@ class CtxTable:
         w = f[K + 1:].copy()
         w[:K] += f[:K][::-1]
         self._child, self._tp1, self._path_off, self._path_bit = _build_tree(w + 1)
-        self._pz0 = _prob(int(f[K]), M)
+        self._pz0 = _prob(int(f[K]), 1 << precision)
         nneg = int(f[:K].sum())
         self._ps0 = _prob(nneg, nneg + int(f[K + 1:2 * K + 1].sum()))
 
@@ -668,13 +652,9 @@ class CtxTable:
             raise CorruptDataError(f"ctx table: precision byte must be 8..24, got {precision}")
         if limit not in LIMIT_RANGE:
             raise CorruptDataError(f"ctx table: limit byte must be 4..255, got {limit}")
-        freqs, used = uvarints_from_bytes(data[3:], nsym, "ctx table")
-        if 3 + used != len(data):
-            raise CorruptDataError(f"ctx table: {len(data) - 3 - used} trailing bytes")
-        if freqs.max() > 1 << precision:
-            raise CorruptDataError(f"ctx table: a frequency exceeds 2**{precision}")
+        freqs = parse_freqs(data[3:], nsym, precision, "ctx table")
         try:
-            return cls(freqs.astype(np.int64), precision, limit)
+            return cls(freqs, precision, limit)
         except InputError as err:
             raise CorruptDataError(f"ctx table: {err}") from None
 
