@@ -66,7 +66,7 @@ import numpy as np
 
 from co3cli import __version__
 from co3cli.errors import InputError
-from co3cli.fileio import created_timestamp
+from co3cli.fileio import created_timestamp, spool
 
 SCHEMA = "co3.gradients/1"
 """The schema string this module writes."""
@@ -463,20 +463,7 @@ class Dump:
         self.h5 = None
         if path == "-" or hasattr(path, "read"):
             self.label = "<stdin>" if path == "-" else _describe(path)
-            if path == "-" and (sys.stdin is None or sys.stdin.isatty()):
-                raise InputError("dump is '-' but nothing is piped to stdin")
-            src = sys.stdin.buffer if path == "-" else path
-            fd, tmp = tempfile.mkstemp(prefix="co3-dump-in-", suffix=".h5")
-            self._spool = Path(tmp)
-            try:
-                with os.fdopen(fd, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-            except BaseException:
-                self._spool.unlink(missing_ok=True)
-                raise
-            if self._spool.stat().st_size == 0:
-                self._spool.unlink(missing_ok=True)
-                raise InputError(f"dump {self.label} is empty (nothing was piped in)")
+            self._spool = spool(None if path == "-" else path, f"dump {self.label}")
             file_path: str | os.PathLike = self._spool
         elif isinstance(path, (str, os.PathLike)):
             self.label = _label or os.fspath(path)

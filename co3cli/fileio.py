@@ -40,18 +40,32 @@ def input_path(path: str | os.PathLike, what: str = "input") -> Iterator[Path]:
             raise InputError(f"{what} {str(p)!r} is not a file")
         yield p
         return
-    if sys.stdin is None or sys.stdin.isatty():
-        raise InputError(f"{what} is '-' but nothing is piped to stdin")
-    fd, tmp = tempfile.mkstemp(prefix="co3-stdin-")
+    tmp = spool(None, what)
+    try:
+        yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def spool(src: BinaryIO | None, what: str) -> Path:
+    """Copy ``src`` (None: piped stdin) to a temporary file that the caller removes.
+
+    Refuses a terminal on stdin (nothing piped) and an empty stream.
+    """
+    if src is None:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise InputError(f"{what} is '-' but nothing is piped to stdin")
+        src = sys.stdin.buffer
+    fd, tmp = tempfile.mkstemp(prefix="co3-spool-")
     try:
         with os.fdopen(fd, "wb") as f:
-            shutil.copyfileobj(sys.stdin.buffer, f, _CHUNK)
+            shutil.copyfileobj(src, f, _CHUNK)
         if os.path.getsize(tmp) == 0:
-            raise InputError(f"{what} is '-' but stdin is empty")
-        yield Path(tmp)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            raise InputError(f"{what} is empty (nothing was piped in)")
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return Path(tmp)
 
 
 @contextlib.contextmanager
