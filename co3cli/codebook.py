@@ -187,7 +187,8 @@ def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=Fals
             data = data[rows]
         scales, _, counts = scale_and_quantize(data, grid, scale_rule)
         if pooled:
-            samples.append(scaled_sample(data, scales, FIT_SAMPLE // len(dump.layers) + 1))
+            share = dump.numel(name) / sum(dump.numel(n) for n in dump.layers)
+            samples.append(scaled_sample(data, scales, max(1, round(FIT_SAMPLE * share))))
             total += counts
         if not pooled:
             weights, meta = model_weights(data, scales, counts, grid, model)
