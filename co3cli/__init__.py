@@ -17,4 +17,13 @@ __version__ = "0.1.0"
 
 from co3cli.errors import Co3Error, CorruptDataError, InputError  # noqa: E402
 
-__all__ = ["__version__", "Co3Error", "CorruptDataError", "InputError"]
+__all__ = ["__version__", "Co3Error", "CorruptDataError", "GradientRecorder", "InputError"]
+
+
+def __getattr__(name: str):
+    # lazy, so that ``import co3cli`` does not import torch/h5py
+    if name == "GradientRecorder":
+        from co3cli.recorder import GradientRecorder
+
+        return GradientRecorder
+    raise AttributeError(f"module 'co3cli' has no attribute {name!r}")

@@ -18,7 +18,27 @@ HDF5, so anyone can write one with h5py alone::
           attrs: shape  int64 array             the parameter's shape; prod(shape) == numel
       steps            int64 (steps,)           training step index of each row (required)
       loss             float32 (steps,)         training loss at each step (optional)
+      lr               float32 (steps,)         learning rate at each step (optional)
       ...                   other groups (e.g. ``co3/`` in a decompressed dump) are ignored
+
+``steps`` is the commit record. A layer dataset (and ``loss``/``lr``) may have MORE rows than
+``steps``: the reader uses the first ``len(steps)`` rows and ignores the rest, which are rows
+an incremental writer preallocated or was writing when it was killed. Fewer rows is an error.
+
+Extensions written by ``co3cli.recorder.GradientRecorder`` (all optional, all still
+``co3.gradients/1``; readers that ignore them see an ordinary dump):
+
+    attrs  streams     JSON list of stream names, e.g. ["raw", "decoded"]. When present the
+                       layers are ``grads/<stream>/<param>`` (layer names ``raw/fc1.weight``);
+                       when absent there is one stream and the layout is ``grads/<param>``.
+    attrs  reduction   "per-step" (row = one step's gradient) or "epoch-mean" (row = the mean
+                       of an epoch's gradients; ``steps`` then holds epoch numbers)
+    attrs  aliases     JSON {alias: name}: tied parameters, recorded once under ``name``
+    attrs  absent      JSON {param: reason}: selected parameters that were not recorded
+                       (e.g. frozen, requires_grad=False)
+    grads/<name> attrs dtype   storage type: "float32", "float16" or "bfloat16". h5py has no
+                       bfloat16, so bfloat16 rows are stored as uint16 bit patterns (the high
+                       half of the float32); ``read_layer`` returns float32 for every type.
 
 Layer names are dataset paths relative to ``grads``; the group is walked recursively, so
 ``grads/raw/fc1.weight`` is the layer ``raw/fc1.weight``. Rows are C-order flattenings of the
@@ -35,8 +55,11 @@ policy: ``"error"`` rejects NaN/Inf, ``"zero"`` replaces them by 0 and counts th
         for name in d.layers:
             g = d.read_layer(name)          # float32 (steps, numel)
 
-Writing goes to a temporary file that is renamed into place only on success, so a failed
-capture never leaves a half-written dump behind. HDF5 needs a seekable file, so writing to
+``DumpWriter`` writes to a temporary file that is renamed into place only on success, so a
+failed capture never leaves a half-written dump behind. ``StepWriter`` (used by the recorder)
+is the crash-safe incremental alternative: it writes to the final path, flushes after every
+step and writes the ``steps`` row last, so a killed run leaves a valid dump of the committed
+steps. HDF5 needs a seekable file, so writing to
 stdout (``-``) or a file object spools to a temporary file and copies it out at the end::
 
     with DumpWriter("dump.h5", {"task": "digits-mlp"}) as w:     # whole layers at once
@@ -75,6 +98,16 @@ SCHEMA_MAJOR = 1
 _SCHEMA_RE = re.compile(r"^co3\.gradients/(\d+)(?:\.(\d+))?$")
 
 NONFINITE_POLICIES = ("error", "zero")
+
+STORAGE_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "uint16"}
+"""Storage types of a layer (its ``dtype`` attribute) -> the HDF5 dataset's numpy dtype."""
+
+_STREAM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> float32 (exact: bf16 is the top half of a float32)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 # Rows per chunk of a dataset grown by append_step: about this many bytes per chunk.
 _CHUNK_BYTES = 1 << 14
@@ -560,15 +593,32 @@ class Dump:
                     or loss_ds.dtype.kind not in "fiu"
                 ):
                     raise InputError(f"{where}: 'loss' must be a 1-D numeric dataset")
-                if loss_ds.shape[0] != nsteps:
+                if loss_ds.shape[0] < nsteps:
                     raise InputError(
                         f"{where}: dataset 'loss' has {loss_ds.shape[0]} entries but 'steps' "
                         f"has {nsteps}"
                     )
-                self._loss = np.asarray(loss_ds[()], dtype=np.float32)
+                self._loss = np.asarray(loss_ds[:nsteps], dtype=np.float32)
+
+            self._lr = None
+            if "lr" in f:
+                lr_ds = f["lr"]
+                if (
+                    not isinstance(lr_ds, h5py.Dataset)
+                    or lr_ds.ndim != 1
+                    or lr_ds.dtype.kind not in "fiu"
+                    or lr_ds.shape[0] < nsteps
+                ):
+                    raise InputError(
+                        f"{where}: 'lr' must be a 1-D numeric dataset with at least one entry "
+                        f"per step ({nsteps})"
+                    )
+                self._lr = np.asarray(lr_ds[:nsteps], dtype=np.float32)
+            self._streams = self._read_streams()
 
             order = self._layer_order(found)
             self._shapes: dict[str, tuple[int, ...]] = {}
+            self._bf16: dict[str, bool] = {}
             for name in order:
                 ds = grads[name]
                 path = f"grads/{name}"
@@ -600,10 +650,23 @@ class Dump:
                         f"{where}: layer {name!r} is empty (dataset shape {ds.shape}, "
                         f"parameter shape {shape})"
                     )
-                if ds.shape[0] != nsteps:
+                if ds.shape[0] < nsteps:
                     raise InputError(
                         f"{where}: dataset {path!r} has {ds.shape[0]} rows but 'steps' has {nsteps}"
                     )
+                stored = _decode_attr(ds.attrs["dtype"]) if "dtype" in ds.attrs else None
+                if stored is not None and (
+                    stored not in STORAGE_DTYPES or ds.dtype != np.dtype(STORAGE_DTYPES[stored])
+                ):
+                    raise InputError(
+                        f"{where}: dataset {path!r} has dtype {ds.dtype} but attribute "
+                        f"dtype={stored!r} (allowed: float32, float16, bfloat16 as uint16)"
+                    )
+                if self._streams and name.split("/", 1)[0] not in self._streams:
+                    raise InputError(
+                        f"{where}: layer {name!r} is not under one of the streams {self._streams}"
+                    )
+                self._bf16[name] = stored == "bfloat16"
                 if ds.shape[1] != numel:
                     raise InputError(
                         f"{where}: dataset {path!r} has {ds.shape[1]} entries per row but its "
@@ -614,6 +677,26 @@ class Dump:
             self._attrs = {k: _decode_attr(v) for k, v in f.attrs.items()}
         except (OSError, KeyError, RuntimeError) as exc:
             raise InputError(f"{where}: cannot read the dump structure: {exc}") from exc
+
+    def _read_streams(self) -> list[str] | None:
+        if "streams" not in self.h5.attrs:
+            return None
+        raw = _decode_attr(self.h5.attrs["streams"])
+        try:
+            listed = json.loads(raw) if isinstance(raw, str) else None
+        except json.JSONDecodeError:
+            listed = None
+        if (
+            not isinstance(listed, list)
+            or not listed
+            or not all(isinstance(n, str) and _STREAM_RE.match(n) for n in listed)
+            or len(set(listed)) != len(listed)
+        ):
+            raise InputError(
+                f"{self.label}: root attribute 'streams' is not a JSON list of distinct stream "
+                f"names, got {raw!r}"
+            )
+        return listed
 
     def _layer_order(self, found: list[str]) -> list[str]:
         f = self.h5
@@ -657,6 +740,16 @@ class Dump:
     def loss(self) -> np.ndarray | None:
         """Training loss per row, float32 (steps,), or None when the dump has none."""
         return None if self._loss is None else self._loss.copy()
+
+    @property
+    def lr(self) -> np.ndarray | None:
+        """Learning rate per row, float32 (steps,), or None when the dump has none."""
+        return None if self._lr is None else self._lr.copy()
+
+    @property
+    def streams(self) -> list[str] | None:
+        """The ``streams`` root attribute (layers are ``<stream>/<param>``), or None."""
+        return None if self._streams is None else list(self._streams)
 
     @property
     def attrs(self) -> dict[str, Any]:
@@ -711,7 +804,9 @@ class Dump:
             raise InputError(f"{self.label} is closed")
         path = f"grads/{name}"
         try:
-            g = np.asarray(self.h5["grads"][name][()], dtype=np.float32)
+            ds = self.h5["grads"][name]
+            raw = ds[()] if ds.shape[0] == self.nsteps else ds[: self.nsteps]
+            g = bf16_to_float32(raw) if self._bf16[name] else np.asarray(raw, dtype=np.float32)
         except (OSError, RuntimeError, ValueError) as exc:
             raise InputError(f"{self.label}: cannot read dataset {path!r}: {exc}") from exc
         bad = ~np.isfinite(g)
@@ -728,3 +823,290 @@ class Dump:
         if self.nonfinite == "zero":
             self.nonfinite_counts[name] = count
         return g
+
+
+def _grow_rows(numel: int, itemsize: int) -> tuple[int, int]:
+    """Chunk shape (rows, cols) for a dataset written one row at a time."""
+    cols = min(numel, _MAX_CHUNK_BYTES // itemsize)
+    rows = 1 if cols < numel else max(1, min(_MAX_CHUNK_ROWS, _CHUNK_BYTES // (itemsize * numel)))
+    return rows, cols
+
+
+_MAX_CHUNK_BYTES = 1 << 20  # one row chunk at most this big, so it fits h5py's chunk cache
+_GROW_ROWS = 64  # rows preallocated at a time (so a step does not resize every dataset)
+
+
+class StepWriter:
+    """Crash-safe incremental writer of a ``co3.gradients/1`` dump, one step per ``write``.
+
+    Unlike ``DumpWriter`` it writes to the final ``path`` (no temporary file): each ``write``
+    fills one row of every layer (preallocated ``_GROW_ROWS`` rows at a time), then ``loss`` /
+    ``lr``, then the ``steps`` entry (the commit record), and flushes. A process killed at any
+    point leaves a dump the reader accepts, holding every committed step (rows beyond
+    ``len(steps)`` are ignored). Compression is not offered: rewriting a compressed chunk moves
+    it, which would break that guarantee.
+
+    ``layers`` maps dataset name (relative to ``grads``; ``<stream>/<param>`` with streams) to
+    the parameter shape, in model order. ``dtype`` is the storage type of every layer, one of
+    ``STORAGE_DTYPES``; rows passed to ``write`` must already be flat arrays of that storage
+    dtype (uint16 bit patterns for bfloat16). ``streams`` (a list) is stored as the root
+    attribute. Whether ``loss`` / ``lr`` are recorded is fixed by the first ``write``.
+
+    Without ``resume`` an existing file at ``path`` is replaced at once (like ``open(path,
+    "w")``). ``resume=True`` appends to an existing dump at ``path`` (a fresh one is created if
+    there is none) whose layout matches: the same layers in the same order, shapes, dtype, streams,
+    reduction and loss/lr datasets; rows beyond the committed steps are overwritten. A mismatch
+    is an InputError naming the difference. On ``close`` the datasets are trimmed to the
+    committed rows; a new file with no committed step is removed. I/O errors (disk full, file
+    removed) raise InputError and close the writer, keeping the committed steps.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        layers: Mapping[str, tuple[int, ...]],
+        *,
+        dtype: str = "float32",
+        streams: list[str] | None = None,
+        reduction: str = "per-step",
+        attrs: Mapping[str, Any] | None = None,
+        resume: bool = False,
+    ):
+        import h5py
+
+        if dtype not in STORAGE_DTYPES:
+            allowed = ", ".join(map(repr, STORAGE_DTYPES))
+            raise InputError(f"dtype={dtype!r} is not one of {allowed}")
+        if not layers:
+            raise InputError("StepWriter needs at least one layer")
+        self.path = Path(os.fspath(path))
+        self.dtype = dtype
+        self._np_dtype = np.dtype(STORAGE_DTYPES[dtype])
+        self._layers = {_check_layer_name(n): tuple(int(d) for d in s) for n, s in layers.items()}
+        self._numel = {n: math.prod(s) for n, s in self._layers.items()}
+        if any(v == 0 for v in self._numel.values()):
+            raise InputError(f"StepWriter: empty layer in {self._layers}")
+        self._streams = list(streams) if streams is not None else None
+        self._reduction = reduction
+        self._closed = False
+        self._created = False
+        self.h5 = None
+        if self.path.is_dir():
+            raise InputError(f"cannot write dump {self.path}: it is a directory")
+        parent = self.path.parent
+        if not parent.is_dir():
+            raise InputError(f"cannot write dump {self.path}: directory {parent} does not exist")
+        try:
+            if resume and self.path.exists():
+                Dump(self.path).close()  # a readable dump, or a clear error
+                self.h5 = h5py.File(self.path, "r+")
+                self._check_layout()
+                committed = int(self.h5["steps"].shape[0])
+                for ds in [self.h5["grads"][n] for n in self._layers] + [
+                    self.h5[k] for k in ("loss", "lr") if k in self.h5
+                ]:
+                    if ds.shape[0] != committed:  # drop the rows of a step never committed
+                        ds.resize(committed, axis=0)
+            else:
+                self.h5 = h5py.File(self.path, "w")
+                self._created = True
+                self._create(attrs)
+            self._steps = self.h5["steps"]
+            self._ds = {n: self.h5["grads"][n] for n in self._layers}  # lookups cost ~50 us
+            self._ds.update({k: self.h5[k] for k in ("loss", "lr") if k in self.h5})
+            self._rows_alloc = {n: int(ds.shape[0]) for n, ds in self._ds.items()}
+            # one row per chunk, no filter: write the row's bytes as the chunk (skips the cache)
+            self._direct = {
+                n: self._ds[n].chunks == (1, self._numel[n])
+                and not self._ds[n].compression
+                and self._ds[n].dtype == self._np_dtype
+                for n in self._layers
+            }
+            self.nrows = int(self._steps.shape[0])
+            self._has = {k: (k in self.h5) if not self._created else None for k in ("loss", "lr")}
+            self.h5.flush()
+        except (OSError, RuntimeError) as exc:  # h5py raises both
+            self._fail()
+            raise InputError(f"cannot write dump {self.path}: {exc}") from exc
+        except BaseException:
+            self._fail()
+            raise
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _create(self, attrs: Mapping[str, Any] | None) -> None:
+        root = dict(attrs or {})
+        root.setdefault("schema", SCHEMA)
+        root.setdefault("created", created_timestamp())
+        root.setdefault("co3cli_version", __version__)
+        if "torch" in sys.modules and "torch_version" not in root:
+            root["torch_version"] = str(sys.modules["torch"].__version__)
+        root["reduction"] = self._reduction
+        if self._streams is not None:
+            root["streams"] = list(self._streams)
+        root["layers"] = list(self._layers)
+        for key, value in root.items():
+            self.h5.attrs[key] = _attr_value(key, value)
+        grads = self.h5.create_group("grads")
+        for name, shape in self._layers.items():
+            numel = self._numel[name]
+            ds = grads.create_dataset(
+                name,
+                shape=(0, numel),
+                maxshape=(None, numel),
+                dtype=self._np_dtype,
+                chunks=_grow_rows(numel, self._np_dtype.itemsize),
+            )
+            ds.attrs["shape"] = np.asarray(shape, dtype=np.int64)
+            ds.attrs["dtype"] = self.dtype
+        self.h5.create_dataset("steps", shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(256,))
+
+    def _check_layout(self) -> None:
+        f = self.h5
+        where = f"cannot resume {self.path}"
+        streams = _decode_attr(f.attrs["streams"]) if "streams" in f.attrs else None
+        streams = json.loads(streams) if streams is not None else None
+        if streams != self._streams:
+            raise InputError(f"{where}: it has streams {streams}, this run records {self._streams}")
+        reduction = _decode_attr(f.attrs.get("reduction", "per-step"))
+        if reduction != self._reduction:
+            raise InputError(
+                f"{where}: it has reduction {reduction!r}, this run records {self._reduction!r}"
+            )
+        with Dump(self.path) as d:
+            names = d.layers
+            shapes = {n: d.shape(n) for n in names}
+        if names != list(self._layers):
+            missing = [n for n in self._layers if n not in shapes]
+            extra = [n for n in names if n not in self._layers]
+            raise InputError(
+                f"{where}: its layers differ (missing from the file: {missing}, "
+                f"not recorded by this run: {extra}, file order: {names})"
+            )
+        for name, shape in self._layers.items():
+            if shapes[name] != shape:
+                raise InputError(
+                    f"{where}: layer {name!r} has shape {shapes[name]} in the file, {shape} now"
+                )
+            if f["grads"][name].maxshape[0] is not None or f["steps"].maxshape[0] is not None:
+                raise InputError(
+                    f"{where}: layer {name!r} or 'steps' has a fixed number of rows (the dump "
+                    "was written whole, not by a recorder), so it cannot be appended to"
+                )
+            stored = _decode_attr(f["grads"][name].attrs.get("dtype", "float32"))
+            if stored != self.dtype:
+                raise InputError(
+                    f"{where}: layer {name!r} is stored as {stored}, this run records {self.dtype}"
+                )
+
+    # -- writing -------------------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        """Current size of the file on disk."""
+        try:
+            return os.path.getsize(self.path)
+        except OSError:
+            return 0
+
+    def _start_optional(self, key: str, given: bool) -> None:
+        has = self._has[key]
+        if has is None:  # a new file: the first step decides
+            if given:
+                rows = self._steps.shape[0]
+                self._ds[key] = self.h5.create_dataset(
+                    key, shape=(rows,), maxshape=(None,), dtype=np.float32, chunks=(256,)
+                )
+                self._rows_alloc[key] = rows
+            self._has[key] = given
+        elif has != given:
+            raise InputError(
+                f"dump {self.path}: {key} was {'given' if has else 'not given'} for the earlier "
+                f"steps; give {key} on every recorded step or on none"
+            )
+
+    def write(
+        self,
+        step: int,
+        rows: Mapping[str, np.ndarray],
+        loss: float | None = None,
+        lr: float | None = None,
+    ) -> None:
+        """Write and commit one step; ``rows`` maps every layer to a flat array of its numel."""
+        if self._closed:
+            raise InputError(f"dump {self.path} is already closed")
+        if list(rows) != list(self._layers):
+            raise InputError(
+                f"dump {self.path}: step {step} gives layers {list(rows)}, expected "
+                f"{list(self._layers)}"
+            )
+        for name, arr in rows.items():
+            if arr.dtype != self._np_dtype or arr.shape != (self._numel[name],):
+                raise InputError(
+                    f"dump {self.path}: layer {name!r} row must be {self._np_dtype} "
+                    f"({self._numel[name]},), got {arr.dtype} {arr.shape}"
+                )
+        self._start_optional("loss", loss is not None)
+        self._start_optional("lr", lr is not None)
+        row = self.nrows
+        try:
+            for name, arr in rows.items():
+                self._write_row(name, row, arr.reshape(1, -1))
+            for key, value in (("loss", loss), ("lr", lr)):
+                if value is not None:
+                    self._write_row(key, row, np.full(1, value, np.float32))
+            self._steps.id.set_extent((row + 1,))  # the commit record, written last
+            self._steps.write_direct(
+                np.full(1, int(step), np.int64), dest_sel=np.s_[row : row + 1]
+            )
+            self.h5.flush()
+        except (OSError, RuntimeError) as exc:  # h5py raises both
+            self._fail()
+            kept = f"the {row} committed step(s) are kept" if row else "nothing was committed"
+            raise InputError(
+                f"cannot write dump {self.path} at step {step}: {exc}; {kept}"
+            ) from exc
+        self.nrows = row + 1
+
+    def _write_row(self, key: str, row: int, value: np.ndarray) -> None:
+        ds = self._ds[key]
+        if self._rows_alloc[key] <= row:
+            self._rows_alloc[key] = row + _GROW_ROWS
+            ds.resize(self._rows_alloc[key], axis=0)
+        if self._direct.get(key):
+            ds.id.write_direct_chunk((row, 0), np.ascontiguousarray(value))
+        else:
+            ds.write_direct(value, dest_sel=np.s_[row : row + 1])
+
+    # -- finishing -------------------------------------------------------------------------
+    def _fail(self) -> None:
+        """After an error: close, keep committed steps, remove a new file with none."""
+        self._closed = True
+        if self.h5 is not None:
+            try:
+                self.h5.close()
+            except Exception:  # noqa: BLE001 - already failing
+                pass
+            self.h5 = None
+        if self._created and getattr(self, "nrows", 0) == 0:
+            self.path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Trim the preallocated rows and close; a new file with no committed step is removed."""
+        if self._closed:
+            return
+        try:
+            if self.nrows:
+                for name in self._layers:
+                    ds = self.h5["grads"][name]
+                    if ds.shape[0] != self.nrows:
+                        ds.resize(self.nrows, axis=0)
+                for key in ("loss", "lr"):
+                    if key in self.h5 and self.h5[key].shape[0] != self.nrows:
+                        self.h5[key].resize(self.nrows, axis=0)
+            self.h5.close()
+            self.h5 = None
+            self._closed = True
+            if self._created and self.nrows == 0:
+                self.path.unlink(missing_ok=True)
+        except (OSError, RuntimeError) as exc:  # h5py raises both
+            self._fail()
+            raise InputError(f"cannot finish dump {self.path}: {exc}") from exc

@@ -188,3 +188,235 @@ def test_datasets_load_normalised_and_split_deterministically(monkeypatch, tmp_p
     (tmp_path / "digits.npz").write_bytes(b"not a zip")
     with pytest.raises(InputError, match="digits.npz is not a readable .npz file"):
         load_dataset("digits")
+
+
+# -- epochs, epoch averages, NaN/Inf policy, the synthetic ResNet, --entry jobs, disk errors ------
+
+from co3cli.capture import capture_entry, job_fields, load_entry, synthetic_dataset  # noqa: E402
+
+EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "my_job.py"
+
+
+def test_epochs_and_epoch_average_is_the_mean_of_the_step_gradients(tmp_path):
+    seen: dict[int, dict[str, np.ndarray]] = {}
+
+    def hook(step, model, loss):
+        seen[step] = {n: p.grad.detach().double().numpy().copy()
+                      for n, p in model.named_parameters()}
+
+    kw = dict(batch_size=256, seed=2, progress=False)  # 1437 train examples: 5 steps per epoch
+    s = capture("digits-mlp", tmp_path / "m.h5", epochs=3, epoch_average=True, on_step=hook, **kw)
+    assert s.steps_trained == 15 and s.epochs_trained == 3 and s.steps_recorded == 3
+    assert s.reduction == "epoch-mean"
+    with Dump.open(tmp_path / "m.h5") as d:
+        assert d.attrs["reduction"] == "epoch-mean" and d.steps.tolist() == [0, 1, 2]
+        assert d.attrs["steps_per_epoch"] == 5 and d.attrs["epochs_trained"] == 3
+        for name in d.layers:
+            g = d.read_layer(name)
+            for e in range(3):
+                mean = np.mean([seen[s][name].reshape(-1) for s in range(5 * e, 5 * e + 5)], axis=0)
+                np.testing.assert_allclose(g[e], mean, rtol=1e-5, atol=1e-8)
+    # the same run per step: same training, 15 rows, reduction per-step
+    s2 = capture("digits-mlp", tmp_path / "p.h5", epochs=3, **kw)
+    assert s2.steps_recorded == 15 and s2.final_loss == s.final_loss
+    with Dump.open(tmp_path / "p.h5") as d:
+        assert d.attrs["reduction"] == "per-step" and d.nsteps == 15
+    with pytest.raises(InputError, match="give steps or epochs, not both"):
+        capture("digits-mlp", tmp_path / "x.h5", steps=3, epochs=1, progress=False)
+
+
+@pytest.mark.parametrize("policy", ["error", "skip", "record"])
+def test_nonfinite_gradients_from_a_huge_lr(tmp_path, policy):
+    out = tmp_path / "d.h5"
+    run = lambda: capture("digits-mlp", out, steps=6, lr=1e30, progress=False,  # noqa: E731
+                          on_nonfinite=policy)
+    if policy == "error":
+        with pytest.raises(InputError, match=r"step 1: the gradient of layer 'fc1.weight' has "
+                                             r"\d+ non-finite value\(s\)"):
+            run()
+        assert list(tmp_path.iterdir()) == []
+        return
+    s = run()
+    assert s.nonfinite_steps == 5
+    with Dump.open(out, nonfinite="zero") as d:
+        assert d.attrs["nonfinite_steps"] == 5 and d.attrs["on_nonfinite"] == policy
+        assert d.steps.tolist() == ([0] if policy == "skip" else list(range(6)))
+        finite = np.isfinite(d.h5["grads"]["fc1.weight"][()]).all()
+        assert finite == (policy == "skip")
+
+
+def test_synthetic_cifar_resnet_is_deterministic_labelled_and_learnable(tmp_path):
+    ds1, ds2 = synthetic_dataset("synthetic-cifar"), synthetic_dataset("synthetic-cifar")
+    assert ds1.x.shape == (1280, 3, 32, 32) and torch.equal(ds1.x, ds2.x)
+    assert torch.equal(ds1.y, ds2.y) and torch.bincount(ds1.y, minlength=10).min() > 50
+    from co3cli.capture import build_model
+
+    model = build_model("synthetic-cifar-resnet")
+    assert 2_000_000 < sum(p.numel() for p in model.parameters()) < 5_000_000
+    kw = dict(steps=3, batch_size=4, every=2, layers="layer3.*,fc.*", progress=False,
+              test_fraction=0.05)
+    capture("synthetic-cifar-resnet", tmp_path / "a.h5", **kw)
+    capture("synthetic-cifar-resnet", tmp_path / "b.h5", **kw)
+    a, b = _read_all(tmp_path / "a.h5"), _read_all(tmp_path / "b.h5")
+    assert list(a) == list(b) and "fc.weight" in a and "layer3.1.conv2.weight" in a
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+    with Dump.open(tmp_path / "a.h5") as d:
+        assert d.attrs["synthetic"] is True and d.attrs["dataset"] == "synthetic-cifar"
+        assert d.attrs["task"] == "synthetic-cifar-resnet" and d.steps.tolist() == [0, 2]
+
+
+def _job(**over):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    x, y = torch.randn(12, 4), torch.arange(12) % 3
+    job = dict(model=model, data=[(x[i:i + 4], y[i:i + 4]) for i in range(0, 12, 4)],
+               loss_fn=torch.nn.functional.cross_entropy)
+    job.update(over)
+    return {k: v for k, v in job.items() if v is not None}
+
+
+def test_entry_example_file_and_module_are_deterministic(tmp_path, monkeypatch):
+    s1 = capture_entry(f"{EXAMPLE}:make_job", tmp_path / "a.h5", steps=30, every=3, progress=False)
+    capture_entry(f"{EXAMPLE}:make_job", tmp_path / "b.h5", steps=30, every=3, progress=False)
+    capture_entry(f"{EXAMPLE}:make_job", tmp_path / "c.h5", steps=30, every=3, seed=1,
+                  progress=False)
+    assert s1.steps_recorded == 10 and s1.layers == ("0.weight", "0.bias", "2.weight", "2.bias")
+    a, b, c = (_read_all(tmp_path / f"{k}.h5") for k in "abc")
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+    assert not np.array_equal(a["0.weight"], c["0.weight"])
+    with Dump.open(tmp_path / "a.h5") as d:
+        assert d.attrs["optimizer"] == "sgd" and d.attrs["lr"] == 0.05
+        assert d.attrs["momentum"] == 0.9 and d.attrs["steps_per_epoch"] == 28
+        assert d.loss[-1] < d.loss[0]
+    monkeypatch.chdir(EXAMPLE.parents[1])
+    s4 = capture_entry("examples.my_job:make_job", tmp_path / "d.h5", steps=30, every=3,
+                       progress=False)
+    np.testing.assert_array_equal(_read_all(tmp_path / "d.h5")["2.weight"], a["2.weight"])
+    assert s4.final_loss == s1.final_loss
+
+
+def test_entry_job_optimizer_built_from_options_and_epochs(tmp_path):
+    s = capture_entry(lambda: _job(lr=0.5), tmp_path / "a.h5", epochs=4, epoch_average=True,
+                      optimizer="adam", lr=0.01, progress=False)
+    assert s.steps_trained == 12 and s.steps_recorded == 4
+    with Dump.open(tmp_path / "a.h5") as d:
+        assert d.attrs["optimizer"] == "adam" and d.attrs["lr"] == 0.01
+        assert d.attrs["reduction"] == "epoch-mean"
+    capture_entry(lambda: _job(lr=0.5), tmp_path / "b.h5", steps=2, progress=False)
+    with Dump.open(tmp_path / "b.h5") as d:
+        assert d.attrs["optimizer"] == "sgd" and d.attrs["lr"] == 0.5
+
+
+@pytest.mark.parametrize(
+    "job, message",
+    [
+        (lambda: 3, "returned a int; it must return a dict, dataclass or namedtuple"),
+        (lambda: _job(model=None), "the job is missing 'model'"),
+        (lambda: {**_job(), "epochs": 3}, "unknown job field(s) 'epochs'; allowed: model"),
+        (lambda: _job(model="net"), "job 'model' is a str, not a torch.nn.Module"),
+        (lambda: _job(data=5), "job 'data' is a int, not an iterable of (x, y) batches"),
+        (lambda: _job(loss_fn="mse"), "job 'loss_fn' is a str, not a callable"),
+        (lambda: _job(optimizer=3), "job 'optimizer' is a int, not a torch.optim.Optimizer"),
+        (lambda: _job(lr=-1.0), "job lr=-1.0 must be a finite number > 0"),
+        (lambda: _job(data=[torch.zeros(4)]), "batch 0 of the data is a Tensor, not an (x, y)"),
+        (lambda: _job(data=iter([(torch.zeros(1, 4), torch.zeros(1, dtype=torch.long))])),
+         "the data yielded no batches in epoch 1"),
+        (lambda: _job(loss_fn=lambda o, y: o), "loss_fn must return a scalar tensor"),
+        (lambda: 1 / 0, "raised ZeroDivisionError: division by zero"),
+    ],
+)
+def test_entry_job_errors_name_the_problem(tmp_path, job, message):
+    with pytest.raises(InputError) as info:
+        capture_entry(job, tmp_path / "d.h5", steps=3, progress=False)
+    assert message in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_entry_job_dataclass_namedtuple_and_own_optimizer(tmp_path):
+    import collections
+    import dataclasses
+
+    Job = collections.namedtuple("Job", "model data loss_fn")
+    fields = job_fields(Job(**_job()))
+    assert set(fields) == {"model", "data", "loss_fn"}
+
+    @dataclasses.dataclass
+    class DJob:
+        model: object
+        data: object
+        loss_fn: object
+        optimizer: object = None
+
+    j = _job()
+    opt = torch.optim.SGD(j["model"].parameters(), lr=0.3)
+    with pytest.raises(InputError, match="brings its own optimizer, so lr cannot be given"):
+        capture_entry(lambda: DJob(**j, optimizer=opt), tmp_path / "d.h5", steps=1, lr=0.1,
+                      progress=False)
+    capture_entry(lambda: DJob(**j, optimizer=opt), tmp_path / "d.h5", steps=1, progress=False)
+    with Dump.open(tmp_path / "d.h5") as d:
+        assert d.attrs["optimizer"] == "sgd" and d.attrs["lr"] == 0.3
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ("nocolon", "must be 'module:function' or 'path/to/file.py:function'"),
+        ("no_such_module_xyz:make", "cannot import module 'no_such_module_xyz'"),
+        ("json:no_such_fn", "'json' has no attribute 'no_such_fn'"),
+        ("json:__doc__", "'__doc__' is a str, not a function"),
+        ("missing/file.py:make", "file 'missing/file.py' does not exist"),
+    ],
+)
+def test_load_entry_errors(entry, message):
+    with pytest.raises(InputError) as info:
+        load_entry(entry)
+    assert message in str(info.value)
+
+
+def test_entry_file_that_fails_to_import(tmp_path):
+    (tmp_path / "bad.py").write_text("import no_such_dependency_xyz\n")
+    with pytest.raises(InputError, match="importing .*bad.py' failed: ModuleNotFoundError"):
+        load_entry(f"{tmp_path / 'bad.py'}:make")
+
+
+def test_disk_full_removes_the_partial_dump(tmp_path, monkeypatch):
+    import errno
+
+    from co3cli.dump import DumpWriter
+
+    real = DumpWriter.append_step
+    calls = []
+
+    def full(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(DumpWriter, "append_step", full)
+    with pytest.raises(InputError, match=r"cannot write dump .*d.h5: no space left on device "
+                                         r"\(the partial dump was removed\)"):
+        capture("digits-mlp", tmp_path / "d.h5", steps=5, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stdout_sink_finishes_short_writes_and_counts_bytes():
+    from co3cli.capture import _CountingWriter
+
+    class Pipe:  # takes at most 1000 bytes per call, like a full pipe
+        def __init__(self):
+            self.buf = bytearray()
+
+        def write(self, data):
+            self.buf += bytes(data[:1000])
+            return min(len(data), 1000)
+
+        def flush(self):
+            pass
+
+    pipe = Pipe()
+    sink = _CountingWriter(pipe)
+    data = bytes(range(256)) * 40
+    assert sink.write(data) == len(data) and sink.nbytes == len(data) and pipe.buf == data

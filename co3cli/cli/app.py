@@ -317,32 +317,62 @@ def codebook_show_cli(book: Path = typer.Argument(..., help="Codebook JSON file.
 
 @app.command("capture")
 def capture_cli(
-    task: str = typer.Option("digits-mlp", "--task", "-t",
-                             help="Built-in task: digits-mlp, digits-cnn, mnist5k-mlp, mnist5k-cnn."),
+    task: Optional[str] = typer.Option(None, "--task", "-t",
+                                       help="Built-in task (default digits-mlp): digits-mlp, "
+                                            "digits-cnn, mnist5k-mlp, mnist5k-cnn, "
+                                            "synthetic-cifar-resnet (synthetic 3x32x32 data)."),
+    entry: Optional[str] = typer.Option(None, "--entry", "-e",
+                                        help="Your code instead of a task: module:function or "
+                                             "path/to/file.py:function returning a job dict "
+                                             "{model, data, loss_fn[, optimizer][, lr]}."),
     output: str = typer.Option(..., "--output", "-o", help="Dump file (.h5), or - for stdout."),
-    steps: int = typer.Option(100, "--steps", help="Training steps."),
-    every: int = typer.Option(1, "--every", help="Record every N-th step."),
-    batch_size: int = typer.Option(64, "--batch-size"),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Training steps (default 100)."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="Train whole epochs instead "
+                                         "of --steps."),
+    every: int = typer.Option(1, "--every", help="Record every N-th step (or epoch)."),
+    epoch_average: bool = typer.Option(False, "--epoch-average", help="Record the mean of each "
+                                       "epoch's minibatch gradients, one row per epoch."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Tasks only (default 64)."),
     lr: Optional[float] = typer.Option(None, "--lr", help="Learning rate (default: 0.1 sgd, 1e-3 adam)."),
-    momentum: float = typer.Option(0.0, "--momentum"),
-    optimizer: str = typer.Option("sgd", "--optimizer", help="sgd or adam."),
+    momentum: Optional[float] = typer.Option(None, "--momentum", help="SGD momentum (default 0)."),
+    optimizer: Optional[str] = typer.Option(None, "--optimizer", help="sgd (default) or adam."),
     layers: str = typer.Option("*", "--layers", help="Glob over parameter names."),
     seed: int = typer.Option(0, "--seed"),
+    on_nonfinite: str = typer.Option("error", "--on-nonfinite",
+                                     help="NaN/Inf gradient: error (default; names step and "
+                                          "layer), skip (leave the step out) or record."),
     json_out: bool = JsonOpt, quiet: bool = QuietOpt,
 ):
-    """Train a built-in model on bundled data and record its gradients into a dump.
+    """Train a model and record its gradients into a dump, step by step (memory: one step).
 
     Example: co3 capture --task mnist5k-mlp --steps 200 --every 20 -o dump.h5
+
+    Example: co3 capture --entry examples/my_job.py:make_job --epochs 2 --epoch-average -o d.h5
+
+    Example: co3 capture --task digits-mlp --steps 100 -o - | co3 report - --format fp8-e5m2
     """
-    from co3cli.capture import capture, summary_dict
+    from co3cli.capture import capture, capture_entry, summary_dict
 
     _torch_one_thread()
-    s = capture(task, output, steps=steps, batch_size=batch_size, lr=lr, momentum=momentum,
-                optimizer=optimizer, seed=seed, every=every, layers=layers, progress=not quiet)
+    common = dict(steps=steps, epochs=epochs, seed=seed, every=every, layers=layers,
+                  epoch_average=epoch_average, on_nonfinite=on_nonfinite, progress=not quiet)
+    if entry is not None:
+        if task is not None:
+            raise InputError("give --task or --entry, not both")
+        if batch_size is not None:
+            raise InputError("--batch-size applies to --task only; the --entry job's data "
+                             "makes the batches")
+        s = capture_entry(entry, output, optimizer=optimizer, lr=lr, momentum=momentum,
+                          **common)
+        name = entry
+    else:
+        name = task or "digits-mlp"
+        s = capture(name, output, batch_size=64 if batch_size is None else batch_size, lr=lr,
+                    momentum=momentum or 0.0, optimizer=optimizer or "sgd", **common)
     if json_out:
         _emit(json.dumps(summary_dict(s), indent=1), output == "-")
     elif not quiet or output != "-":
-        _emit(f"captured {task} -> {output}: {s}", output == "-")
+        _emit(f"captured {name} -> {output}: {s}", output == "-")
 
 
 def _torch_one_thread():
