@@ -5,8 +5,17 @@
     built-in task (bundled data or synthetic)  --+
                                                  +--> train loop (one thread) --> p.grad of the
     your code: --entry module:make_job ----------+    selected layers every `every` steps (or the
-                                                      mean over each epoch) --DumpWriter.append_step
-                                                      --> dump.h5 (see co3cli.dump for the schema)
+                                                      mean over each epoch) --GradientRecorder
+                                                      (co3cli.recorder) --> dump.h5
+
+The gradients are recorded through ``co3cli.recorder.GradientRecorder`` (the same recorder as
+for your own loops; see co3cli.dump for the schema): a dump at a path is written in place and
+flushed after each row, so a killed run leaves a valid dump of the rows committed so far; ``-``
+(stdout) or a file object is recorded to a temporary file in the temp directory and copied out
+at the end. A parameter without a gradient is never recorded as zeros: a frozen one
+(``requires_grad=False``) is left out and listed in the root attribute ``absent``; a trainable
+one whose ``.grad`` is None at a recorded step is an error naming it (select the layers with
+``layers``, or freeze it). Tied parameters are recorded once (root attribute ``aliases``).
 
 Built-in tasks (id -> dataset, model), all ReLU networks so that, as in real training, part of
 every gradient is exactly zero; all run offline:
@@ -35,8 +44,12 @@ per selected layer when averaging): rows go to disk as they are made.
 
 ``on_nonfinite`` decides what a NaN/Inf gradient in a selected layer does: ``"error"`` stops with
 an error naming the step and the layer (the partial dump is removed), ``"skip"`` leaves that step
-out of the dump (training goes on), ``"record"`` writes it as it is. The count is stored as the
-attribute ``nonfinite_steps``.
+out of the dump (training goes on), ``"record"`` writes it as it is. The number of recorded steps
+(epoch means: of averaged steps) with NaN/Inf -- skipped, or written as they are -- is stored as
+the root attribute ``nonfinite_steps`` (the one name for it; the recorder's in-memory
+``steps_skipped["nonfinite"]`` counts only the skipped ones). Any error while recording (disk
+full -- checked before each row, since HDF5 handles a full disk badly --, NaN/Inf, a bad job)
+removes the partial dump; on Ctrl-C a dump at a path keeps its committed rows.
 
 Your own training code: ``capture_entry("mypkg.train:make_job", "dump.h5", epochs=2)`` (or
 ``path/to/file.py:make_job``) imports ``make_job`` and calls it -- with ``seed=`` when it takes
@@ -60,23 +73,30 @@ Besides the schema's provenance attributes (``task``, ``model`` = the model id, 
 records ``dataset``, ``synthetic`` (true when the data are synthetic), ``model_repr``,
 ``momentum``, ``batch_size``, ``every``, ``reduction``, ``on_nonfinite``, ``steps_trained``,
 ``epochs_trained``, ``nonfinite_steps``, ``n_train``, ``n_test``, ``final_loss`` and
-``test_accuracy`` (NaN for ``--entry`` jobs, which have no test split).
+``test_accuracy`` (NaN for ``--entry`` jobs, which have no test split); those known only at
+the end of training are written when the recorder closes (``GradientRecorder.set_attrs``). The
+recorder adds ``recorder``, ``layers``, ``reduction``, ``absent``/``aliases`` (when there are
+such parameters) and an ``lr`` dataset (the optimizer's lr at each recorded row).
 """
 
 from __future__ import annotations
 
-import fnmatch
+import errno
 import importlib
 import importlib.util
 import inspect
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from co3cli import __version__
@@ -269,20 +289,6 @@ def build_model(task: str, seed: int = 0) -> Any:
         return spec.build()
 
 
-def select_parameters(model: Any, layers: str) -> list[tuple[str, Any]]:
-    """Named parameters whose name matches any of the comma-separated globs in ``layers``."""
-    patterns = [p.strip() for p in str(layers).split(",") if p.strip()]
-    if not patterns:
-        raise InputError(f"layers={layers!r} holds no glob pattern")
-    named = list(model.named_parameters())
-    chosen = [(n, p) for n, p in named if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
-    if not chosen:
-        raise InputError(
-            f"layers={layers!r} matches no parameter; parameters: {', '.join(n for n, _ in named)}"
-        )
-    return chosen
-
-
 def load_task_data(task: str, test_fraction: float = 0.2, seed: int = 0) -> tuple[Any, Any]:
     """The (train, test) split of ``task``'s dataset (bundled or synthetic), seeded by ``seed``."""
     from co3cli.data import load_dataset, train_test_split
@@ -390,116 +396,22 @@ class _CountingWriter:
         self.raw.flush()
 
 
-class _Recording:
-    """Turns training steps into dump rows: selection, every, epoch mean, NaN/Inf policy.
-
-    ``step(step, loss)`` is called after each backward pass (``p.grad`` holds the step's
-    gradient), ``end_epoch(epoch)`` after each epoch. Memory: one step's gradients, plus one
-    float64 running sum per selected layer when averaging.
-    """
-
-    def __init__(self, writer, selected, every: int, average: bool, on_nonfinite: str, lr_of):
-        self.writer = writer
-        self.selected = selected
-        self.every = every
-        self.average = average
-        self.on_nonfinite = on_nonfinite
-        self.lr_of = lr_of
-        self.rows = 0
-        self.nonfinite_steps = 0
-        self._sum: dict[str, Any] | None = None
-        self._sum_loss = 0.0
-        self._count = 0
-
-    def _grads(self) -> dict[str, Any]:
-        import torch
-
-        return {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach()
-                for n, p in self.selected}
-
-    def _finite(self, step: int, grads: dict[str, Any], loss: float) -> bool:
-        import torch
-
-        for name, g in grads.items():
-            bad = int((~torch.isfinite(g)).sum())
-            if bad:
-                if self.on_nonfinite == "error":
-                    raise InputError(
-                        f"step {step}: the gradient of layer {name!r} has {bad} non-finite "
-                        f"value(s) (NaN/Inf; loss {loss:.4g}, lr {self.lr_of():.4g}); lower the "
-                        "learning rate, or use on_nonfinite (--on-nonfinite) 'skip' or 'record'"
-                    )
-                self.nonfinite_steps += 1
-                return False
-        if not math.isfinite(loss) and self.on_nonfinite == "error":
-            raise InputError(
-                f"step {step}: the loss is {loss} (lr {self.lr_of():.4g}); lower the learning "
-                "rate, or use on_nonfinite (--on-nonfinite) 'skip' or 'record'"
-            )
-        return True
-
-    def _write(self, index: int, grads: dict[str, Any], loss: float) -> None:
-        import torch
-
-        rows = {n: g.to(torch.float32).numpy() for n, g in grads.items()}
-        try:
-            self._check_space(rows)
-            self.writer.append_step(index, rows, loss)
-        except OSError as exc:
-            raise InputError(f"cannot write dump {_label(self.writer)}: {_os_reason(exc)}") from exc
-        self.rows += 1
-
-    def _check_space(self, rows: dict[str, Any]) -> None:
-        """Refuse a row that may not fit: HDF5 handles a full disk badly (it can crash)."""
-        import errno
-
-        need = _SPACE_MARGIN + sum(max(2 * r.nbytes, 1 << 15) for r in rows.values())
-        try:
-            st = os.statvfs(os.path.dirname(os.path.abspath(self.writer.h5.filename)))
-        except (OSError, AttributeError):
-            return
-        free = st.f_bavail * st.f_frsize
-        if free < need:
-            raise OSError(errno.ENOSPC, f"no space left on device ({_human_bytes(free)} free, "
-                                        f"a row needs up to {_human_bytes(need)})")
-
-    def step(self, step: int, loss: float) -> None:
-        if not self.average and step % self.every:
-            return
-        grads = self._grads()
-        finite = self._finite(step, grads, loss)
-        if not finite and self.on_nonfinite == "skip":
-            return
-        if not self.average:
-            self._write(step, grads, loss)
-            return
-        import torch
-
-        if self._sum is None:
-            self._sum = {n: torch.zeros(g.shape, dtype=torch.float64) for n, g in grads.items()}
-        for n, g in grads.items():
-            self._sum[n] += g
-        self._sum_loss += loss
-        self._count += 1
-
-    def end_epoch(self, epoch: int) -> None:
-        if not self.average:
-            return
-        if self._count and epoch % self.every == 0:
-            mean = {n: s / self._count for n, s in self._sum.items()}
-            self._write(epoch, mean, self._sum_loss / self._count)
-        if self._sum is not None:
-            for s in self._sum.values():
-                s.zero_()
-        self._sum_loss = 0.0
-        self._count = 0
-
-
 _SPACE_MARGIN = 1 << 18  # bytes kept free for HDF5 metadata when checking the disk space
 
 
-def _label(writer) -> str:
-    return getattr(writer, "_label", "output")
+def _check_space(path: Any, row_bytes: int) -> None:
+    """Refuse a row that may not fit: HDF5 handles a full disk badly (it can crash)."""
+    import errno
+
+    need = _SPACE_MARGIN + row_bytes
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except (OSError, AttributeError):
+        return
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        raise OSError(errno.ENOSPC, f"no space left on device ({_human_bytes(free)} free, "
+                                    f"a row needs up to {_human_bytes(need)})")
 
 
 def _os_reason(exc: BaseException) -> str:
@@ -512,31 +424,21 @@ def _os_reason(exc: BaseException) -> str:
     return f"{reason} (the partial dump was removed)"
 
 
-def _file_bytes(out: Any, sink: Any) -> int:
-    if isinstance(sink, _CountingWriter):
-        return sink.nbytes
-    try:
-        return os.path.getsize(out)
-    except (OSError, TypeError):
-        return 0
+def _train(model, batches, loss_fn, opt, rec, *, steps, epochs, every, on_nonfinite, row_bytes,
+           bar, on_step, describe):
+    """The loop shared by tasks and entries; returns (steps, epochs, last loss, non-finite steps).
 
-
-def _open_sink(out: Any) -> Any:
-    if isinstance(out, str) and out == "-":
-        return _CountingWriter(sys.stdout.buffer)
-    if not isinstance(out, (str, os.PathLike)) and hasattr(out, "write"):
-        return _CountingWriter(out)
-    return out
-
-
-def _train(model, batches, loss_fn, opt, rec, *, steps, epochs, bar, on_step, describe):
-    """The loop shared by tasks and entries; returns (steps, epochs, last loss)."""
-    step = epoch = 0
+    ``rec`` is the ``GradientRecorder``: per step it is given step ``s`` when ``s % every == 0``;
+    with ``rec.average`` it is given every step of epoch ``e`` when ``e % every == 0`` and the
+    epoch's mean is written by ``rec.end_epoch(epoch=e)``.
+    """
+    step = epoch = recorded_nonfinite = 0
     loss_value = float("nan")
     last_post = -math.inf
     model.train()
     while (epochs is None or epoch < epochs) and (steps is None or step < steps):
         seen = 0
+        record_epoch = rec.average and epoch % every == 0
         for batch in batches(epoch):
             if steps is not None and step >= steps:
                 break
@@ -548,7 +450,9 @@ def _train(model, batches, loss_fn, opt, rec, *, steps, epochs, bar, on_step, de
                                  f"got {type(loss).__name__} {tuple(getattr(loss, 'shape', ()))}")
             loss.backward()
             loss_value = float(loss.item())
-            rec.step(step, loss_value)
+            if record_epoch or (not rec.average and step % every == 0):
+                recorded_nonfinite += _record(rec, model, step, loss_value, opt, on_nonfinite,
+                                              row_bytes)
             if on_step is not None:
                 on_step(step, model, loss_value)
             opt.step()
@@ -564,17 +468,53 @@ def _train(model, batches, loss_fn, opt, rec, *, steps, epochs, bar, on_step, de
                 f"{describe}: the data yielded no batches in epoch {epoch} (step {step}); "
                 "give a re-iterable such as a DataLoader or a list, not a one-shot generator"
             )
-        rec.end_epoch(epoch)
+        if record_epoch and rec.steps_accumulated:  # an epoch whose steps were all skipped: no row
+            _check_space(rec.path, row_bytes)
+            rec.end_epoch(epoch=epoch)
         epoch += 1
     if not bar.disable:
         _postfix(bar, loss_value, rec)
-    return step, epoch, loss_value
+    return step, epoch, loss_value, rec.steps_skipped["nonfinite"] + recorded_nonfinite
 
 
-def _postfix(bar, loss_value: float, rec: _Recording) -> None:
+def _record(rec, model, step: int, loss_value: float, opt, on_nonfinite: str,
+            row_bytes: int) -> int:
+    """Hand step ``step`` to the recorder; NaN/Inf errors say how to go on from the CLI too.
+
+    Returns 1 when ``on_nonfinite`` is ``"record"`` and the step recorded NaN/Inf (the
+    recorder counts only the steps it skips), else 0.
+    """
+    lr = float(opt.param_groups[0].get("lr", float("nan")))
+    if not rec.average:
+        _check_space(rec.path, row_bytes)
+    try:
+        rec.step(loss=loss_value, step=step)
+    except InputError as exc:
+        if "non-finite" not in str(exc):
+            raise
+        head = str(exc).split(";")[0]
+        raise InputError(
+            f"{head} (loss {loss_value:.4g}, lr {lr:.4g}); lower the learning rate, or use "
+            "on_nonfinite (--on-nonfinite) 'skip' or 'record'"
+        ) from None
+    if on_nonfinite == "error" and not math.isfinite(loss_value):
+        raise InputError(
+            f"step {step}: the loss is {loss_value} (lr {lr:.4g}); lower the learning "
+            "rate, or use on_nonfinite (--on-nonfinite) 'skip' or 'record'"
+        )
+    if on_nonfinite == "record":
+        import torch
+
+        params = dict(model.named_parameters(remove_duplicate=False))
+        if any(not bool(torch.isfinite(params[n].grad).all()) for n in rec.layers):
+            return 1
+    return 0
+
+
+def _postfix(bar, loss_value: float, rec) -> None:
     """Show the loss and the bytes written so far (the dump's size on disk) on the bar."""
-    bar.set_postfix(loss=f"{loss_value:.4f}",
-                    written=_human_bytes(rec.writer.h5.id.get_filesize()), refresh=False)
+    bar.set_postfix(loss=f"{loss_value:.4f}", written=_human_bytes(rec.bytes_written),
+                    refresh=False)
 
 
 def _unpack(batch: Any, step: int, describe: str) -> tuple[Any, Any]:
@@ -612,39 +552,107 @@ def _check_optimizer(optimizer, lr, momentum) -> tuple[str, float, float]:
     return optimizer, float(lr), float(momentum)
 
 
-def _run(out, attrs, model, selected, opt, loss_fn, batches, *, steps, epochs, every,
+def _run(out, attrs, model, opt, loss_fn, batches, *, layers, steps, epochs, every,
          epoch_average, on_nonfinite, compression, progress, on_step, total, desc, after=None):
-    """Open the dump, train and record; returns (steps, epochs, loss, rec, file_bytes, extra)."""
-    from co3cli.dump import DumpWriter
+    """Record through a ``GradientRecorder`` while training; returns
+    (steps, epochs, loss, recorder, file_bytes, extra, non-finite steps).
 
-    sink = _open_sink(out)
+    A path is written in place (crash-safe: a killed run leaves a valid dump of the committed
+    steps); ``-`` or a file object is recorded to a temporary file, copied out at the end. On
+    an error the partial dump is removed (on Ctrl-C a dump at a path keeps its committed steps).
+    """
+    from co3cli.recorder import GradientRecorder
+
+    if compression not in (None, "gzip"):
+        raise InputError(f"compression={compression!r} is not one of None, 'gzip'")
+    to_stream = not isinstance(out, (str, os.PathLike)) or os.fspath(out) == "-"
+    if to_stream and not (out == "-" or hasattr(out, "write")):
+        raise InputError(f"dump output {out!r} is not a path, '-' or a binary file object")
+    if to_stream:
+        fd, path = tempfile.mkstemp(prefix="co3-dump-", suffix=".h5")
+        os.close(fd)
+    else:
+        path = os.fspath(out)
+    label = _label_of(out)
+    rec = None
     extra: dict[str, Any] = {}
-    lr_of = lambda: float(opt.param_groups[0].get("lr", float("nan")))  # noqa: E731
     try:
-        with _progress_bar(total, desc, progress) as bar, \
-                DumpWriter(sink, attrs, compression=compression) as writer:
-            rec = _Recording(writer, selected, every, epoch_average, on_nonfinite, lr_of)
-            n_steps, n_epochs, loss_value = _train(
-                model, batches, loss_fn, opt, rec, steps=steps, epochs=epochs, bar=bar,
-                on_step=on_step, describe=desc)
-            if rec.rows == 0:
-                raise InputError(
-                    f"{desc}: no step was recorded ({rec.nonfinite_steps} step(s) with "
-                    "non-finite gradients were skipped)" if rec.nonfinite_steps else
-                    f"{desc}: no step was recorded"
-                )
-            if after is not None:
-                extra = after(model)
-            writer.h5.attrs.update({
-                "steps_trained": n_steps, "epochs_trained": n_epochs,
-                "nonfinite_steps": rec.nonfinite_steps, "final_loss": loss_value,
-                **extra,
-            })
+        rec = GradientRecorder(model, path, every=1 if epoch_average else every, layers=layers,
+                               optimizer=opt, attrs=attrs, on_nonfinite=on_nonfinite,
+                               average=epoch_average)
+        numel = dict(model.named_parameters(remove_duplicate=False))
+        row_bytes = sum(max(2 * 4 * numel[n].numel(), 1 << 15) for n in rec.layers)
+        with _progress_bar(total, desc, progress) as bar:
+            n_steps, n_epochs, loss_value, nonfinite = _train(
+                model, batches, loss_fn, opt, rec, steps=steps, epochs=epochs, every=every,
+                on_nonfinite=on_nonfinite, row_bytes=row_bytes, bar=bar, on_step=on_step,
+                describe=desc)
+        skipped = rec.steps_skipped["nonfinite"]
+        if rec.steps_recorded == 0:
+            raise InputError(
+                f"{desc}: no step was recorded ({skipped} step(s) with "
+                "non-finite gradients were skipped)" if skipped else
+                f"{desc}: no step was recorded"
+            )
+        if after is not None:
+            extra = after(model)
+        rec.set_attrs(steps_trained=n_steps, epochs_trained=n_epochs, nonfinite_steps=nonfinite,
+                      final_loss=loss_value, **extra)
+        rec.close()
+        if compression == "gzip":
+            _gzip_in_place(path)
+        if to_stream:
+            sink = _CountingWriter(sys.stdout.buffer if out == "-" else out)
+            with open(path, "rb") as src:
+                shutil.copyfileobj(src, sink, 1 << 20)
+            sink.flush()
+            nbytes = sink.nbytes
+        else:
+            nbytes = os.path.getsize(path)
     except BrokenPipeError:
         raise  # the reader went away (``co3 capture -o - | head``): not a write error
-    except OSError as exc:
-        raise InputError(f"cannot write dump {_label_of(out)}: {_os_reason(exc)}") from exc
-    return n_steps, n_epochs, loss_value, rec, _file_bytes(out, sink), extra
+    except BaseException as exc:
+        if rec is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    rec.close()
+                except Exception:  # noqa: BLE001 - already failing; the file goes below
+                    pass
+            if to_stream or not isinstance(exc, KeyboardInterrupt):
+                Path(path).unlink(missing_ok=True)
+        cause = exc.__cause__ if isinstance(exc, InputError) else exc
+        if isinstance(cause, OSError) and (cause is exc or cause.errno == errno.ENOSPC):
+            raise InputError(f"cannot write dump {label}: {_os_reason(cause)}") from exc
+        raise
+    finally:
+        if to_stream:
+            Path(path).unlink(missing_ok=True)
+    return n_steps, n_epochs, loss_value, rec, nbytes, extra, nonfinite
+
+
+def _gzip_in_place(path: str) -> None:
+    """Rewrite the dump at ``path`` with its layers gzip-compressed (shuffle filter)."""
+    import h5py
+
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       f".{os.path.basename(path)}.{os.getpid()}.gz.tmp")
+    try:
+        with h5py.File(path, "r") as src, h5py.File(tmp, "w") as dst:
+            dst.attrs.update(src.attrs)
+
+            def copy(name, obj):
+                if isinstance(obj, h5py.Group):
+                    dst.require_group(name).attrs.update(obj.attrs)
+                    return
+                gz = dict(compression="gzip", shuffle=True) if name.startswith("grads/") else {}
+                dst.create_dataset(name, data=obj[()], maxshape=obj.maxshape,
+                                   chunks=obj.chunks, **gz).attrs.update(obj.attrs)
+
+            src.visititems(copy)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _label_of(out: Any) -> str:
@@ -655,23 +663,25 @@ def _label_of(out: Any) -> str:
     return str(getattr(out, "name", out))
 
 
-def _summary(desc, out, n_steps, n_epochs, loss_value, rec, selected, file_bytes, t0,
-             accuracy, epoch_average) -> CaptureSummary:
-    per_step = sum(p.numel() for _, p in selected)
+def _summary(desc, out, n_steps, n_epochs, loss_value, rec, model, file_bytes, t0,
+             accuracy, epoch_average, nonfinite) -> CaptureSummary:
+    params = dict(model.named_parameters(remove_duplicate=False))
+    per_step = sum(params[n].numel() for n in rec.layers)
+    rows = rec.steps_recorded
     return CaptureSummary(
         task=desc,
         out=_label_of(out) if not isinstance(out, str) else out,
         steps_trained=n_steps,
-        steps_recorded=rec.rows,
-        layers=tuple(name for name, _ in selected),
+        steps_recorded=rows,
+        layers=tuple(rec.layers),
         entries_per_step=per_step,
-        total_entries=per_step * rec.rows,
+        total_entries=per_step * rows,
         final_loss=loss_value,
         test_accuracy=accuracy,
         seconds=time.perf_counter() - t0,
         epochs_trained=n_epochs,
         reduction="epoch-mean" if epoch_average else "per-step",
-        nonfinite_steps=rec.nonfinite_steps,
+        nonfinite_steps=nonfinite,
         file_bytes=file_bytes,
     )
 
@@ -726,6 +736,8 @@ def capture(
     over the train split in shuffled minibatches (the last partial batch is dropped).
     ``epoch_average`` and ``on_nonfinite``: see the module docstring. ``threads`` sets torch's
     intra-op threads during the run (restored afterwards; ``None`` leaves them alone).
+    ``compression="gzip"`` rewrites the finished dump with gzip-compressed layers (the dump is
+    recorded uncompressed first: the recorder's in-place writes rule out compression).
     ``on_step(step, model, loss)`` is called at every step after the backward pass and before the
     optimizer update (``p.grad`` holds that step's gradient). Progress goes to stderr with tqdm
     when ``progress`` is true and stderr is a terminal.
@@ -746,7 +758,6 @@ def capture(
     with _Threads(threads):
         train, test = load_task_data(task, test_fraction, seed)
         model = build_model(task, seed)
-        selected = select_parameters(model, layers)
         opt = _make_optimizer(model.parameters(), optimizer, lr, momentum)
         gen = torch.Generator().manual_seed(seed)
         n = len(train)
@@ -771,19 +782,19 @@ def capture(
         attrs = dict(
             task=task, dataset=spec.dataset, synthetic=spec.synthetic, model=spec.model,
             model_repr=repr(model), optimizer=optimizer, lr=lr, momentum=momentum, seed=seed,
-            batch_size=bs, every=every, reduction="epoch-mean" if epoch_average else "per-step",
-            on_nonfinite=on_nonfinite, steps_per_epoch=per_epoch, n_train=n, n_test=len(test),
+            batch_size=bs, every=every, on_nonfinite=on_nonfinite, steps_per_epoch=per_epoch,
+            n_train=n, n_test=len(test),
             co3cli_version=__version__, torch_version=str(torch.__version__),
             config=json.dumps(config, sort_keys=True),
         )
         total = steps if steps is not None else epochs * per_epoch
-        n_steps, n_epochs, loss_value, rec, nbytes, extra = _run(
-            out, attrs, model, selected, opt, F.cross_entropy, batches, steps=steps,
+        n_steps, n_epochs, loss_value, rec, nbytes, extra, nonfinite = _run(
+            out, attrs, model, opt, F.cross_entropy, batches, layers=layers, steps=steps,
             epochs=epochs, every=every, epoch_average=epoch_average, on_nonfinite=on_nonfinite,
             compression=compression, progress=progress, on_step=on_step, total=total, desc=task,
             after=evaluate)
-    return _summary(task, out, n_steps, n_epochs, loss_value, rec, selected, nbytes, t0,
-                    extra["test_accuracy"], epoch_average)
+    return _summary(task, out, n_steps, n_epochs, loss_value, rec, model, nbytes, t0,
+                    extra["test_accuracy"], epoch_average, nonfinite)
 
 
 # -- your own code: --entry module:make_job ------------------------------------------------------
@@ -956,7 +967,6 @@ def capture_entry(
             raise InputError(f"{desc} raised {type(exc).__name__}: {exc}") from exc
         fields = job_fields(job, desc)
         model = fields["model"]
-        selected = select_parameters(model, layers)
         opt = fields.get("optimizer")
         if opt is not None:
             given = [k for k, v in (("optimizer", optimizer), ("lr", lr), ("momentum", momentum))
@@ -982,22 +992,21 @@ def capture_entry(
         attrs = dict(
             task=f"entry:{name}", entry=name, dataset=f"entry:{name}", synthetic=False,
             model=type(model).__name__, model_repr=repr(model), optimizer=opt_id, lr=lr_used,
-            momentum=mom_used, seed=seed, every=every,
-            reduction="epoch-mean" if epoch_average else "per-step",
-            on_nonfinite=on_nonfinite, co3cli_version=__version__,
-            torch_version=str(torch.__version__), config=json.dumps(config, sort_keys=True),
+            momentum=mom_used, seed=seed, every=every, on_nonfinite=on_nonfinite,
+            co3cli_version=__version__, torch_version=str(torch.__version__),
+            config=json.dumps(config, sort_keys=True),
         )
         if per_epoch is not None:
             attrs["steps_per_epoch"] = per_epoch
         total = steps if steps is not None else (epochs * per_epoch if per_epoch else None)
-        n_steps, n_epochs, loss_value, rec, nbytes, _ = _run(
-            out, attrs, model, selected, opt, fields["loss_fn"], lambda epoch: iter(data),
-            steps=steps, epochs=epochs, every=every, epoch_average=epoch_average,
+        n_steps, n_epochs, loss_value, rec, nbytes, _, nonfinite = _run(
+            out, attrs, model, opt, fields["loss_fn"], lambda epoch: iter(data),
+            layers=layers, steps=steps, epochs=epochs, every=every, epoch_average=epoch_average,
             on_nonfinite=on_nonfinite, compression=compression, progress=progress,
             on_step=on_step, total=total, desc=desc,
             after=lambda m: {"test_accuracy": float("nan")})
-    return _summary(f"entry:{name}", out, n_steps, n_epochs, loss_value, rec, selected, nbytes,
-                    t0, float("nan"), epoch_average)
+    return _summary(f"entry:{name}", out, n_steps, n_epochs, loss_value, rec, model, nbytes,
+                    t0, float("nan"), epoch_average, nonfinite)
 
 
 def summary_dict(summary: CaptureSummary) -> dict[str, Any]:

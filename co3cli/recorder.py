@@ -38,7 +38,9 @@ Options, each an explicit recorded choice (``config`` root attribute):
   file at ``path`` is replaced).
 
 Step indices count ``step`` calls from 0 (on resume: from the last committed step + 1), or are
-given explicitly with ``rec.step(step=...)``.
+given explicitly with ``rec.step(step=...)`` (epoch indices: ``rec.end_epoch(epoch=...)``).
+``rec.set_attrs(final_loss=..., ...)`` adds root attributes known only at the end of training;
+they are written when the recorder closes (and only if the dump holds a step).
 """
 
 from __future__ import annotations
@@ -225,6 +227,7 @@ class GradientRecorder:
         self._nsum = 0
         self._loss_sum: float | None = 0.0
         self._last_lr: float | None = None
+        self._late_attrs: dict[str, Any] = {}
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -394,17 +397,41 @@ class GradientRecorder:
         self._last_lr = lr
         return True
 
-    def end_epoch(self, loss: Any = None, lr: Any = None) -> int:
+    @property
+    def steps_accumulated(self) -> int:
+        """Steps summed since the last ``end_epoch`` (``average=True``; 0 otherwise)."""
+        return self._nsum
+
+    def set_attrs(self, **attrs: Any) -> None:
+        """Root attributes written when the recorder closes (e.g. ``final_loss``).
+
+        Later calls add to (or replace) earlier ones. The recorder's own attributes
+        (``schema``, ``layers``, ``streams``, ``reduction``, ``aliases``, ``absent``) are refused.
+        """
+        if self.closed:
+            raise InputError(f"recorder for {self.path} is closed")
+        from co3cli.dump import _attr_value
+
+        for key in attrs:
+            if key in _RESERVED_ATTRS:
+                raise InputError(f"attrs: {key!r} is reserved (written by the recorder)")
+        self._late_attrs.update({k: _attr_value(k, v) for k, v in attrs.items()})
+
+    def end_epoch(self, loss: Any = None, lr: Any = None, *, epoch: int | None = None) -> int:
         """Write the mean of the gradients accumulated since the last call (``average=True``).
 
-        The row's step index is the epoch number (0, 1, ...). ``loss`` defaults to the mean
-        of the steps' losses when every step gave one; ``lr`` to the last step's. Returns
-        the number of steps averaged.
+        The row's step index is the epoch number (0, 1, ... counting ``end_epoch`` calls, or
+        ``epoch`` when given). ``loss`` defaults to the mean of the steps' losses when every
+        step gave one; ``lr`` to the last step's. Returns the number of steps averaged.
         """
         if not self.average:
             raise InputError("end_epoch() needs GradientRecorder(..., average=True)")
         if self.closed:
             raise InputError(f"recorder for {self.path} is closed")
+        if epoch is not None:
+            if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+                raise InputError(f"epoch={epoch!r} must be an integer >= 0")
+            self._epoch_next = int(epoch)
         if self._nsum == 0:
             raise InputError(
                 f"epoch {self._epoch_next}: no step was accumulated; nothing to average"
@@ -439,4 +466,11 @@ class GradientRecorder:
                 stacklevel=2,
             )
             self._sums, self._nsum = {}, 0
+        if self._late_attrs and self._writer.nrows:
+            try:
+                for key, value in self._late_attrs.items():
+                    self._writer.h5.attrs[key] = value
+            except (OSError, RuntimeError) as exc:  # h5py raises both
+                self._writer._fail()
+                raise InputError(f"cannot finish dump {self.path}: {exc}") from exc
         self._writer.close()

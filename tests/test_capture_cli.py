@@ -203,3 +203,41 @@ def test_docs_capture_examples(tmp_path, monkeypatch):
     for line in lines:
         used = set(re.findall(r"(?:^| )(--?[a-z][a-z-]*)", line))
         assert used <= known, (line, used - known)
+
+
+FROZEN_JOB = '''
+import torch
+
+
+def make_job(seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    model[0].requires_grad_(False)  # a frozen layer: recorded as absent, never as zeros
+    x, y = torch.randn(16, 4), torch.arange(16) % 3
+    return {"model": model, "data": [(x[i:i + 4], y[i:i + 4]) for i in range(0, 16, 4)],
+            "loss_fn": torch.nn.functional.cross_entropy}
+'''
+
+
+def test_entry_with_a_frozen_layer_through_the_cli(tmp_path, capsys):
+    job = tmp_path / "frozen_job.py"
+    job.write_text(FROZEN_JOB)
+    out = tmp_path / "d.h5"
+    code, o, e = run_cli("capture", "--entry", f"{job}:make_job", "--steps", "6", "-o", out,
+                         "--json", capsys=capsys)
+    assert code == 0, e
+    s = json.loads(o)
+    assert s["layers"] == ["2.weight", "2.bias"] and s["steps_recorded"] == 6
+    with Dump.open(out) as d:
+        assert d.layers == ["2.weight", "2.bias"] and set(d.h5["grads"]) == {"2.weight", "2.bias"}
+        assert set(json.loads(d.attrs["absent"])) == {"0.weight", "0.bias"}
+        assert d.attrs["steps_trained"] == 6 and np.isfinite(d.attrs["final_loss"])
+    # the same through -o - (recorded to a temporary file, copied to stdout)
+    r = shell(f"{CO3} capture --entry {job}:make_job --steps 6 -o - --quiet > {tmp_path}/s.h5",
+              tmp_path)
+    assert r.returncode == 0, r.stderr
+    with Dump.open(out) as a, Dump.open(tmp_path / "s.h5") as b:
+        assert a.layers == b.layers and a.attrs["absent"] == b.attrs["absent"]
+        for name in a.layers:
+            np.testing.assert_array_equal(a.read_layer(name), b.read_layer(name))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.h5", "frozen_job.py", "s.h5"]
