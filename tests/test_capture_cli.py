@@ -182,19 +182,21 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
 
 
 def test_docs_capture_examples(tmp_path, monkeypatch):
-    """docs/capture.md: its Python block runs, its `co3 capture` lines use real options."""
+    """README's capture section: its Python block runs, its `co3 capture` lines use real options."""
     import re
 
     import typer.main
 
     from co3cli.cli.app import app
 
-    text = (ROOT / "docs" / "capture.md").read_text()
+    text = (ROOT / "README.md").read_text()
     monkeypatch.chdir(tmp_path)
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    for code in re.findall(r"```python\n(.*?)```", text, re.S):
-        exec(compile(code, "docs/capture.md", "exec"), {})
-    with Dump.open(tmp_path / "my_run.h5") as d:
+    blocks = [c for c in re.findall(r"```python\n(.*?)```", text, re.S) if "capture_entry" in c]
+    assert len(blocks) == 1
+    ns = {}
+    exec(compile(blocks[0], "README.md", "exec"), ns)
+    with Dump.open(ns["out"]) as d:
         assert d.steps.tolist() == [0, 5, 10, 15]
     cmd = typer.main.get_command(app).commands["capture"]
     known = {o for p in cmd.params for o in p.opts}
