@@ -84,11 +84,11 @@ def test_commands_and_json(dump_path, tmp_path, capsys):
     (["fit", "DUMP", "--models", "normal,cauchy"], 1, "cauchy"),
     (["codebook", "show", "DUMP"], 1, "JSON"),
 ])
-def test_errors_are_one_line_with_exit_codes(dump_path, tmp_path, capsys, args, code, needle):
+def test_errors_are_one_line_with_exit_codes(dump_path, tmp_path, capsys, monkeypatch, args, code, needle):
     bad = tmp_path / "bad.h5"
     bad.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(50))
     args = [str(dump_path) if a == "DUMP" else str(bad) if a == "BADH5" else a for a in args]
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
     got, o, e = co3(*args, capsys=capsys)
     assert got == code
     assert needle.lower() in e.lower()

@@ -9,7 +9,8 @@ import co3cli.coding
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_python_example_runs():
+def test_readme_python_example_runs(monkeypatch):
+    monkeypatch.chdir(ROOT)  # the examples name files relative to the repository
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     assert blocks
     for code in blocks:
