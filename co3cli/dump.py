@@ -584,36 +584,8 @@ class Dump:
             self._steps = np.asarray(steps_ds[()], dtype=np.int64)
             nsteps = self._steps.size
 
-            self._loss = None
-            if "loss" in f:
-                loss_ds = f["loss"]
-                if (
-                    not isinstance(loss_ds, h5py.Dataset)
-                    or loss_ds.ndim != 1
-                    or loss_ds.dtype.kind not in "fiu"
-                ):
-                    raise InputError(f"{where}: 'loss' must be a 1-D numeric dataset")
-                if loss_ds.shape[0] < nsteps:
-                    raise InputError(
-                        f"{where}: dataset 'loss' has {loss_ds.shape[0]} entries but 'steps' "
-                        f"has {nsteps}"
-                    )
-                self._loss = np.asarray(loss_ds[:nsteps], dtype=np.float32)
-
-            self._lr = None
-            if "lr" in f:
-                lr_ds = f["lr"]
-                if (
-                    not isinstance(lr_ds, h5py.Dataset)
-                    or lr_ds.ndim != 1
-                    or lr_ds.dtype.kind not in "fiu"
-                    or lr_ds.shape[0] < nsteps
-                ):
-                    raise InputError(
-                        f"{where}: 'lr' must be a 1-D numeric dataset with at least one entry "
-                        f"per step ({nsteps})"
-                    )
-                self._lr = np.asarray(lr_ds[:nsteps], dtype=np.float32)
+            self._loss = self._per_step_series(f, "loss", nsteps, where)
+            self._lr = self._per_step_series(f, "lr", nsteps, where)
             self._streams = self._read_streams()
 
             order = self._layer_order(found)
@@ -677,6 +649,21 @@ class Dump:
             self._attrs = {k: _decode_attr(v) for k, v in f.attrs.items()}
         except (OSError, KeyError, RuntimeError) as exc:
             raise InputError(f"{where}: cannot read the dump structure: {exc}") from exc
+
+    @staticmethod
+    def _per_step_series(f, key: str, nsteps: int, where: str):
+        """Optional 1-D numeric dataset with at least one entry per step (first ``nsteps`` used)."""
+        import h5py
+
+        if key not in f:
+            return None
+        ds = f[key]
+        if not isinstance(ds, h5py.Dataset) or ds.ndim != 1 or ds.dtype.kind not in "fiu":
+            raise InputError(f"{where}: '{key}' must be a 1-D numeric dataset")
+        if ds.shape[0] < nsteps:
+            raise InputError(f"{where}: dataset '{key}' has {ds.shape[0]} entries but 'steps' "
+                             f"has {nsteps}")
+        return np.asarray(ds[:nsteps], dtype=np.float32)
 
     def _read_streams(self) -> list[str] | None:
         if "streams" not in self.h5.attrs:
