@@ -164,6 +164,17 @@ def _describe(target: Any) -> str:
     return getattr(target, "name", None) or "<file object>"
 
 
+def _provenance(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``attrs`` plus the schema, creation time and versions, unless ``attrs`` gives them."""
+    root = dict(attrs or {})
+    root.setdefault("schema", SCHEMA)
+    root.setdefault("created", created_timestamp())
+    root.setdefault("co3cli_version", __version__)
+    if "torch" in sys.modules and "torch_version" not in root:
+        root["torch_version"] = str(sys.modules["torch"].__version__)
+    return root
+
+
 class DumpWriter:
     """Write a ``co3.gradients/1`` dump to a path, ``-`` (stdout) or a binary file object.
 
@@ -228,12 +239,7 @@ class DumpWriter:
         except OSError as exc:
             raise InputError(f"cannot write dump {self._label}: {exc}") from exc
         try:
-            root = dict(attrs or {})
-            root.setdefault("schema", SCHEMA)
-            root.setdefault("created", created_timestamp())
-            root.setdefault("co3cli_version", __version__)
-            if "torch" in sys.modules and "torch_version" not in root:
-                root["torch_version"] = str(sys.modules["torch"].__version__)
+            root = _provenance(attrs)
             for key, value in root.items():
                 self.h5.attrs[key] = _attr_value(key, value)
             self._grads = self.h5.create_group("grads")
@@ -921,12 +927,7 @@ class StepWriter:
 
     # -- setup ---------------------------------------------------------------------------------
     def _create(self, attrs: Mapping[str, Any] | None) -> None:
-        root = dict(attrs or {})
-        root.setdefault("schema", SCHEMA)
-        root.setdefault("created", created_timestamp())
-        root.setdefault("co3cli_version", __version__)
-        if "torch" in sys.modules and "torch_version" not in root:
-            root["torch_version"] = str(sys.modules["torch"].__version__)
+        root = _provenance(attrs)
         root["reduction"] = self._reduction
         if self._streams is not None:
             root["streams"] = list(self._streams)
