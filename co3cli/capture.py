@@ -81,6 +81,7 @@ such parameters) and an ``lr`` dataset (the optimizer's lr at each recorded row)
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import importlib.util
@@ -472,6 +473,8 @@ def _train(model, batches, loss_fn, opt, rec, *, steps, epochs, every, on_nonfin
             _check_space(rec.path, row_bytes)
             rec.end_epoch(epoch=epoch)
         epoch += 1
+    with _nonfinite_hint(float(opt.param_groups[0].get("lr", float("nan")))):
+        rec.flush()  # the background writer's last steps: committed, or their error raised
     if not bar.disable:
         _postfix(bar, loss_value, rec)
     return step, epoch, loss_value, rec.steps_skipped["nonfinite"] + recorded_nonfinite
@@ -487,16 +490,10 @@ def _record(rec, model, step: int, loss_value: float, opt, on_nonfinite: str,
     lr = float(opt.param_groups[0].get("lr", float("nan")))
     if not rec.average:
         _check_space(rec.path, row_bytes)
-    try:
+    with _nonfinite_hint(lr):
         rec.step(loss=loss_value, step=step)
-    except InputError as exc:
-        if "non-finite" not in str(exc):
-            raise
-        head = str(exc).split(";")[0]
-        raise InputError(
-            f"{head} (loss {loss_value:.4g}, lr {lr:.4g}); lower the learning rate, or use "
-            "on_nonfinite (--on-nonfinite) 'skip' or 'record'"
-        ) from None
+        if on_nonfinite == "error" and not math.isfinite(loss_value):
+            rec.flush()  # the background writer's NaN/Inf gradient error names the layer
     if on_nonfinite == "error" and not math.isfinite(loss_value):
         raise InputError(
             f"step {step}: the loss is {loss_value} (lr {lr:.4g}); lower the learning "
@@ -509,6 +506,21 @@ def _record(rec, model, step: int, loss_value: float, opt, on_nonfinite: str,
         if any(not bool(torch.isfinite(params[n].grad).all()) for n in rec.layers):
             return 1
     return 0
+
+
+@contextlib.contextmanager
+def _nonfinite_hint(lr: float):
+    """Add how to go on (from the CLI too) to the recorder's NaN/Inf gradient errors."""
+    try:
+        yield
+    except InputError as exc:
+        if "non-finite" not in str(exc):
+            raise
+        head = str(exc).split(";")[0]
+        raise InputError(
+            f"{head} (lr {lr:.4g}); lower the learning rate, or use "
+            "on_nonfinite (--on-nonfinite) 'skip' or 'record'"
+        ) from None
 
 
 def _postfix(bar, loss_value: float, rec) -> None:
@@ -598,7 +610,8 @@ def _run(out, attrs, model, opt, loss_fn, batches, *, layers, steps, epochs, eve
             extra = after(model)
         rec.set_attrs(steps_trained=n_steps, epochs_trained=n_epochs, nonfinite_steps=nonfinite,
                       final_loss=loss_value, **extra)
-        rec.close()
+        with _nonfinite_hint(float(opt.param_groups[0].get("lr", float("nan")))):
+            rec.close()
         if compression == "gzip":
             _gzip_in_place(path)
         if to_stream:

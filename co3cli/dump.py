@@ -884,6 +884,7 @@ class StepWriter:
         self._closed = False
         self._created = False
         self.h5 = None
+        self._staged: int | None = None
         if self.path.is_dir():
             raise InputError(f"cannot write dump {self.path}: it is a directory")
         parent = self.path.parent
@@ -995,6 +996,11 @@ class StepWriter:
         except OSError:
             return 0
 
+    def check_series(self, loss: bool, lr: bool) -> None:
+        """Check (and on the first step, decide) whether steps give a loss and an lr."""
+        self._start_optional("loss", loss)
+        self._start_optional("lr", lr)
+
     def _start_optional(self, key: str, given: bool) -> None:
         has = self._has[key]
         if has is None:  # a new file: the first step decides
@@ -1019,6 +1025,21 @@ class StepWriter:
         lr: float | None = None,
     ) -> None:
         """Write and commit one step; ``rows`` maps every layer to a flat array of its numel."""
+        self.stage(step, rows, loss, lr)
+        self.commit()
+
+    def stage(
+        self,
+        step: int,
+        rows: Mapping[str, np.ndarray],
+        loss: float | None = None,
+        lr: float | None = None,
+    ) -> None:
+        """Write one step's rows without committing them (``commit`` makes them part of the dump).
+
+        A staged step that is never committed is dropped: the next ``stage`` overwrites it and
+        ``close`` trims it. Staging again before a commit replaces the staged step.
+        """
         if self._closed:
             raise InputError(f"dump {self.path} is already closed")
         if list(rows) != list(self._layers):
@@ -1032,27 +1053,42 @@ class StepWriter:
                     f"dump {self.path}: layer {name!r} row must be {self._np_dtype} "
                     f"({self._numel[name]},), got {arr.dtype} {arr.shape}"
                 )
-        self._start_optional("loss", loss is not None)
-        self._start_optional("lr", lr is not None)
+        self.check_series(loss is not None, lr is not None)
         row = self.nrows
+        self._staged = None
         try:
             for name, arr in rows.items():
                 self._write_row(name, row, arr.reshape(1, -1))
             for key, value in (("loss", loss), ("lr", lr)):
                 if value is not None:
                     self._write_row(key, row, np.full(1, value, np.float32))
+        except (OSError, RuntimeError) as exc:  # h5py raises both
+            self._io_error(step, exc)
+        self._staged = int(step)
+
+    def commit(self) -> None:
+        """Commit the staged step: its ``steps`` entry is written last, then the file is flushed."""
+        if self._closed:
+            raise InputError(f"dump {self.path} is already closed")
+        step, row = self._staged, self.nrows
+        if step is None:
+            raise InputError(f"dump {self.path}: no staged step to commit")
+        try:
             self._steps.id.set_extent((row + 1,))  # the commit record, written last
             self._steps.write_direct(
-                np.full(1, int(step), np.int64), dest_sel=np.s_[row : row + 1]
+                np.full(1, step, np.int64), dest_sel=np.s_[row : row + 1]
             )
             self.h5.flush()
         except (OSError, RuntimeError) as exc:  # h5py raises both
-            self._fail()
-            kept = f"the {row} committed step(s) are kept" if row else "nothing was committed"
-            raise InputError(
-                f"cannot write dump {self.path} at step {step}: {exc}; {kept}"
-            ) from exc
+            self._io_error(step, exc)
+        self._staged = None
         self.nrows = row + 1
+
+    def _io_error(self, step: int, exc: BaseException):
+        self._fail()
+        row = self.nrows
+        kept = f"the {row} committed step(s) are kept" if row else "nothing was committed"
+        raise InputError(f"cannot write dump {self.path} at step {step}: {exc}; {kept}") from exc
 
     def _write_row(self, key: str, row: int, value: np.ndarray) -> None:
         ds = self._ds[key]

@@ -13,7 +13,9 @@
             opt.step()
 
 The dump is written incrementally to its final path and flushed after each recorded step, so
-a killed run leaves a valid dump of the steps committed so far (see ``co3cli.dump.StepWriter``
+a killed run leaves a valid dump of the steps committed so far (with the default background
+writer, ``background=True``, all but at most the last two handed over; see ``_settle`` for how
+``.grad`` tensors are borrowed without a copy and checked; ``co3cli.dump.StepWriter``
 and the schema extensions ``streams``, ``reduction``, ``aliases``, ``absent`` and the layer
 attribute ``dtype`` in ``co3cli.dump``). Memory is bounded: each gradient is copied to the CPU
 once, written and dropped (``average=True`` keeps one float64 sum per parameter).
@@ -34,6 +36,9 @@ Options, each an explicit recorded choice (``config`` root attribute):
   transmitted, ...): ``rec.step(streams={"decoded": {name: tensor}})``; ``raw`` is ``p.grad``.
 * ``average=True``: ``step`` accumulates, ``end_epoch`` writes the epoch mean as one row
   (``steps`` = epoch numbers, ``reduction="epoch-mean"``).
+* ``background=True`` (default): ``step`` hands the step to a writer thread and returns; the
+  writer's errors (NaN/Inf, I/O, a borrowed tensor modified in place) are raised by the next
+  ``step``, ``flush`` or ``close``. ``background=False`` writes inside ``step``.
 * ``resume=True``: append to an existing dump with the same layout (without it, an existing
   file at ``path`` is replaced).
 
@@ -141,6 +146,7 @@ class GradientRecorder:
         on_missing: str = "error",
         average: bool = False,
         resume: bool = False,
+        background: bool = True,
     ):
         import torch
 
@@ -169,6 +175,8 @@ class GradientRecorder:
         if not isinstance(average, bool):
             raise InputError(f"average={average!r} must be True or False")
         self.average = average
+        if not isinstance(background, bool):
+            raise InputError(f"background={background!r} must be True or False")
         self.streams = tuple(streams) if not isinstance(streams, str) else (streams,)
         if (
             not self.streams
@@ -228,11 +236,19 @@ class GradientRecorder:
         self._loss_sum: float | None = 0.0
         self._last_lr: float | None = None
         self._late_attrs: dict[str, Any] = {}
+        # background writing (see _submit): the writer thread, the borrowed tensors of the
+        # staged step awaiting their in-place check, the previous step's tensor per key
+        self._bg = _Worker() if background and not average else None
+        self._awaiting: tuple[int, list[tuple[tuple[str, str], Any, int]]] | None = None
+        self._prev: dict[tuple[str, str], Any] = {}
+        self._copy_keys: set[tuple[str, str]] = set()
 
     # -- properties ---------------------------------------------------------------------------
     @property
     def steps_recorded(self) -> int:
-        """Rows committed to the dump (including those of a resumed file)."""
+        """Rows committed to the dump (including those of a resumed file); waits for the writer."""
+        if not self.closed:
+            self.flush()
         return self._writer.nrows
 
     @property
@@ -348,6 +364,10 @@ class GradientRecorder:
         index is selected; returns whether it did. ``lr`` defaults to the optimizer's
         (first param group) when one was given. ``step`` overrides the running step index.
         """
+        if self._bg is not None and self.closed:  # the writer failed: raise its error
+            error = self._bg.wait()
+            if error is not None:
+                raise error
         if self.closed:
             raise InputError(f"recorder for {self.path} is closed")
         if step is not None:
@@ -365,6 +385,9 @@ class GradientRecorder:
         loss_v, lr_v = self._value(loss, "loss"), self._lr(lr)
         if self.average:
             return self._accumulate(index, tensors, loss_v, lr_v)
+        if self._bg is not None:
+            self._submit(index, tensors, loss_v, lr_v)
+            return True
         rows = {}
         for key, t in tensors.items():
             c = self._cast(t, self.dtype)
@@ -377,6 +400,84 @@ class GradientRecorder:
                 rows[self._datasets[key]] = c.numpy()
         self._writer.write(index, rows, loss_v, lr_v)
         return True
+
+    # -- background writing ----------------------------------------------------------------
+    # step() hands the step to a writer thread and returns; the thread casts, checks NaN/Inf,
+    # writes and commits while training goes on. A CPU tensor is handed over without a copy
+    # ("borrowed") when the previous recorded step's tensor for that key had other storage
+    # (zero_grad(set_to_none=True), torch's default: nothing writes to the old .grad again);
+    # otherwise (first step, a .grad reused in place, a non-CPU tensor) it is copied. A step
+    # with borrowed tensors is staged, not committed, until the next step()/flush()/close()
+    # checks on the main thread that no borrowed tensor was modified in place since (autograd's
+    # version counter); a modified one is an error and the step is dropped, never written wrong.
+    def _settle(self) -> bool:
+        """Wait for the writer; raise its error; True if a staged step passed its check."""
+        error = self._bg.wait()
+        awaiting, self._awaiting = self._awaiting, None
+        if error is not None:
+            raise error
+        if awaiting is None:
+            return False
+        index, borrowed = awaiting
+        changed = [key for key, t, version in borrowed if t._version != version]
+        if changed:
+            s, name = changed[0]
+            what = "p.grad" if s == "raw" else f"stream {s!r}"
+            raise InputError(
+                f"step {index}: {what} of layer {name!r} was modified in place after rec.step() "
+                "(e.g. clip_grad_norm_ after recording) while the background writer read it; "
+                "the step was not written. Record after the change, or use background=False"
+            )
+        return True
+
+    def _hand_over(self, key: tuple[str, str], t: Any, borrowed: list) -> Any:
+        prev = self._prev.get(key)
+        self._prev[key] = t
+        if t.device.type != "cpu":
+            return t.to("cpu")
+        if prev is None or key in self._copy_keys:
+            return t.clone()
+        if prev.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+            self._copy_keys.add(key)  # the same tensor every step: written to in place
+            return t.clone()
+        borrowed.append((key, t, t._version))
+        return t
+
+    def _submit(self, index: int, tensors: dict, loss: float | None, lr: float | None) -> None:
+        commit_prev = self._settle()
+        self._writer.check_series(loss is not None, lr is not None)  # raise here, not later
+        borrowed: list = []
+        items = [(key, self._hand_over(key, t, borrowed)) for key, t in tensors.items()]
+        if borrowed:
+            self._awaiting = (index, borrowed)
+        self._bg.submit(self._write_job, commit_prev, index, items, loss, lr, not borrowed)
+
+    def _write_job(self, commit_prev, index, items, loss, lr, commit_now) -> None:
+        """Runs on the writer thread."""
+        if commit_prev:
+            self._writer.commit()
+        rows = {}
+        for key, t in items:
+            c = self._cast(t, self.dtype)
+            if not self._finite_or_policy(index, key, c):
+                self.steps_skipped["nonfinite"] += 1
+                self._awaiting = None
+                return
+            rows[self._datasets[key]] = (
+                c.view(self._torch.int16).numpy().view(np.uint16)
+                if self.dtype == "bfloat16"
+                else c.numpy()
+            )
+        self._writer.stage(index, rows, loss, lr)
+        if commit_now:
+            self._writer.commit()
+
+    def flush(self) -> None:
+        """Wait until every step handed to ``step`` is committed to the dump (or raise its error)."""
+        if self.closed:
+            raise InputError(f"recorder for {self.path} is closed")
+        if self._bg is not None and self._settle():
+            self._writer.commit()
 
     def _accumulate(self, index: int, tensors: dict, loss: float | None, lr: float | None) -> bool:
         arrays = {}
@@ -456,9 +557,25 @@ class GradientRecorder:
         return n
 
     def close(self) -> None:
-        """Finish the dump (idempotent). An unfinished epoch's sums are dropped, with a warning."""
+        """Finish the dump (idempotent). An unfinished epoch's sums are dropped, with a warning.
+
+        With the background writer, the steps handed over are committed first; an error of
+        theirs (NaN/Inf, I/O, a tensor modified in place) is raised after the dump is closed
+        with the steps committed before it.
+        """
         if self.closed:
             return
+        error = None
+        if self._bg is not None:
+            try:
+                self.flush()
+            except InputError as exc:
+                error = exc
+            finally:
+                self._bg.stop()
+                self._bg = None
+            if self.closed:  # the writer failed and closed the dump
+                raise error
         if self._nsum:
             warnings.warn(
                 f"GradientRecorder: {self._nsum} accumulated step(s) of an unfinished epoch were "
@@ -474,3 +591,50 @@ class GradientRecorder:
                 self._writer._fail()
                 raise InputError(f"cannot finish dump {self.path}: {exc}") from exc
         self._writer.close()
+        if error is not None:
+            raise error
+
+
+class _Worker:
+    """One daemon thread running submitted jobs in order, at most one at a time in flight."""
+
+    def __init__(self):
+        import queue
+        import threading
+
+        self._jobs: Any = queue.SimpleQueue()
+        self._done = threading.Semaphore(0)
+        self._busy = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="co3-recorder", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, args = job
+            try:
+                fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                self._error = exc
+            self._done.release()
+
+    def submit(self, fn, *args) -> None:
+        assert not self._busy, "wait() before submitting the next job"
+        self._busy = True
+        self._jobs.put((fn, args))
+
+    def wait(self) -> BaseException | None:
+        """Block until the job in flight (if any) is done; return its exception, if any."""
+        if self._busy:
+            self._done.acquire()
+            self._busy = False
+        error, self._error = self._error, None
+        return error
+
+    def stop(self) -> None:
+        self.wait()
+        self._jobs.put(None)
+        self._thread.join()

@@ -387,7 +387,7 @@ def test_disk_full_removes_the_partial_dump(tmp_path, monkeypatch):
 
     from co3cli.dump import StepWriter
 
-    real = StepWriter.write
+    real = StepWriter.stage
     calls = []
 
     def full(self, *a, **k):
@@ -396,7 +396,7 @@ def test_disk_full_removes_the_partial_dump(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(self, *a, **k)
 
-    monkeypatch.setattr(StepWriter, "write", full)
+    monkeypatch.setattr(StepWriter, "stage", full)
     with pytest.raises(InputError, match=r"cannot write dump .*d.h5: no space left on device "
                                          r"\(the partial dump was removed\)"):
         capture("digits-mlp", tmp_path / "d.h5", steps=5, progress=False)
