@@ -375,6 +375,137 @@ def capture_cli(
         _emit(f"captured {name} -> {output}: {s}", output == "-")
 
 
+simulate_app = typer.Typer(help="Simulate training through the codec: federated (fl).",
+                           no_args_is_help=True)
+app.add_typer(simulate_app, name="simulate")
+
+_CO3_ONLY = ("format", "scale", "coder", "model", "refit_every")
+
+
+@simulate_app.command("fl")
+def simulate_fl_cli(
+    output: str = typer.Option(..., "--output", "-o", help="Run folder (config.json, "
+                               "metrics.csv, summary.json; with --sweep one folder per point "
+                               "plus sweep.csv)."),
+    task: str = typer.Option("mnist5k-mlp", "--task", "-t", help="digits-mlp, digits-cnn, "
+                             "mnist5k-mlp, mnist5k-cnn, synthetic-cifar-resnet."),
+    clients: int = typer.Option(10, "--clients"),
+    rounds: int = typer.Option(200, "--rounds"),
+    algorithm: str = typer.Option("fedsgd", "--algorithm", help="fedsgd (one gradient per "
+                                  "round) or fedavg (E local steps; the upload is the delta)."),
+    local_steps: int = typer.Option(1, "--local-steps", help="FedAvg: local SGD steps E."),
+    batch_size: int = typer.Option(64, "--batch-size"),
+    lr: float = typer.Option(0.1, "--lr", help="Server lr (FedSGD) or client lr (FedAvg)."),
+    server_lr: float = typer.Option(1.0, "--server-lr", help="FedAvg: server step on the "
+                                    "averaged delta."),
+    momentum: float = typer.Option(0.0, "--momentum", help="Server momentum."),
+    lr_schedule: str = typer.Option("constant", "--lr-schedule", help="constant, cosine, step."),
+    partition: str = typer.Option("iid", "--partition", help="iid, dirichlet (--alpha), shards "
+                                  "(--shards-per-client)."),
+    alpha: float = typer.Option(0.3, "--alpha", help="Dirichlet concentration over labels."),
+    shards_per_client: int = typer.Option(2, "--shards-per-client"),
+    participation: Optional[int] = typer.Option(None, "--participation", help="Clients per "
+                                                "round (default: all)."),
+    compressor: str = typer.Option("none", "--compressor", "-c", help="none, co3, qsgd, topk, "
+                                   "signsgd, sketch, tinyscript."),
+    format: Optional[str] = typer.Option(None, "--format", help="co3: grid (default fp8-e5m2)."),
+    scale: Optional[str] = typer.Option(None, "--scale", help="co3: scale rule absmax, "
+                                        "gennorm-mse, co3-poly."),
+    coder: Optional[str] = typer.Option(None, "--coder", help="co3: ans (default) or huffman."),
+    model: Optional[str] = typer.Option(None, "--model", help="co3: symbol model (default "
+                                        "gennorm-zi)."),
+    refit_every: Optional[int] = typer.Option(None, "--refit-every", help="co3: refit the model "
+                                              "and scale every N rounds (default 10)."),
+    param: List[str] = typer.Option([], "--param", "-p", help="Other compressor parameter "
+                                    "name=value (e.g. levels=4, fraction=0.01); repeatable."),
+    gamma: float = typer.Option(0.0, "--gamma", help="Error-feedback memory decay in [0, 1]."),
+    eval_every: int = typer.Option(10, "--eval-every"),
+    seed: int = typer.Option(0, "--seed"),
+    dump_rounds: Optional[str] = typer.Option(None, "--dump-rounds", help="Comma-separated "
+                                              "rounds whose uploads of --dump-client go to "
+                                              "transmitted.h5 (streams raw, corrected, decoded)."),
+    dump_client: int = typer.Option(0, "--dump-client"),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="name=v1,v2,... over a config "
+                                        "field or compressor parameter (e.g. gamma=0,0.5,1)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run in --output."),
+    json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+):
+    """Federated training where every upload is really compressed, sent as bytes and decoded.
+
+    Example: co3 simulate fl --task mnist5k-mlp --clients 10 --rounds 200 --compressor co3
+    --format fp4-co3 --gamma 0.7 --coder ans --seed 0 -o run/
+
+    Example: co3 simulate fl -c co3 --format fp4-co3 --sweep gamma=0,0.5,0.7,0.9,1 -o sweep/
+
+    Example: co3 simulate fl -c qsgd -p levels=2 --partition dirichlet --alpha 0.3 -o q/
+    """
+    from co3cli.simulate.fl import FLConfig, parse_value, run_fl, run_sweep
+
+    _torch_one_thread()
+    params: dict = {}
+    for name, value in (("format", format), ("scale", scale), ("coder", coder), ("model", model),
+                        ("refit_every", refit_every)):
+        if value is not None:
+            if compressor != "co3":
+                raise InputError(f"--{name.replace('_', '-')} applies to --compressor co3 only; "
+                                 f"use --param for {compressor!r}")
+            params[name] = value
+    for item in param:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise InputError(f"--param {item!r} must look like name=value")
+        params[key.strip().replace("-", "_")] = parse_value(value.strip())
+    rounds_list: tuple = ()
+    if dump_rounds:
+        try:
+            rounds_list = tuple(int(x) for x in dump_rounds.split(",") if x.strip())
+        except ValueError:
+            raise InputError(f"--dump-rounds {dump_rounds!r} must be integers like 0,50,100") \
+                from None
+    cfg = FLConfig(task=task, clients=clients, rounds=rounds, algorithm=algorithm,
+                   local_steps=local_steps, batch_size=batch_size, lr=lr, server_lr=server_lr,
+                   momentum=momentum, lr_schedule=lr_schedule, partition=partition, alpha=alpha,
+                   shards_per_client=shards_per_client, participation=participation,
+                   compressor=compressor, compressor_params=params, gamma=gamma,
+                   eval_every=eval_every, seed=seed, dump_rounds=rounds_list,
+                   dump_client=dump_client)
+    if sweep is not None:
+        rows = run_sweep(cfg, sweep, output, progress=not quiet, overwrite=overwrite)
+        if json_out:
+            _emit(json.dumps(rows, indent=1))
+        else:
+            for r in rows:
+                acc = r["final_accuracy"]
+                _emit(f"{r['run']}: accuracy {'-' if acc is None else f'{100 * acc:.2f} %'}, "
+                      f"{r['mean_bits_per_entry']:.3f} bits/entry, "
+                      f"{r['total_uplink_bytes']:,} uplink bytes ({r['stopped']})")
+        return
+    res = run_fl(cfg, output, progress=not quiet, overwrite=overwrite)
+    if json_out:
+        _emit(json.dumps(res.to_dict(), indent=1))
+    elif not quiet:
+        _emit(f"{compressor}: {res.rounds_done} rounds, final accuracy "
+              f"{100 * res.final_accuracy:.2f} % (best {100 * res.best_accuracy:.2f} %), "
+              f"{res.mean_bits_per_entry:.3f} bits/entry, {res.total_uplink_bytes:,} uplink "
+              f"bytes, {res.seconds:.1f} s -> {output}")
+
+
+@simulate_app.command("plot")
+def simulate_plot_cli(
+    runs: List[str] = typer.Argument(..., help="Run folders of co3 simulate fl."),
+    output: str = typer.Option(..., "--output", "-o", help="PNG file."),
+):
+    """Accuracy vs round, accuracy vs cumulative uplink bits, bits/entry vs round (one PNG).
+
+    Example: co3 simulate plot run-none run-co3 run-qsgd -o compare.png
+    """
+    from co3cli.fileio import output_path
+    from co3cli.simulate.fl import plot_runs
+
+    with output_path(output) as tmp:
+        plot_runs(runs, tmp)
+
+
 def _torch_one_thread():
     import os
 

@@ -1,0 +1,1 @@
+"""Simulators: federated training through the codec (``fl``) and its compressors."""
