@@ -283,7 +283,8 @@ def test_tinyscript_nearest_level():
     pk = roundtrip(comp, v)
     lev = np.unique(pk.v_hat).astype(np.float64)
     d = np.abs(v[:, None].astype(np.float64) - lev[None, :])
-    assert np.allclose(np.abs(pk.v_hat - v), d.min(axis=1), rtol=0, atol=1e-12)
+    err = np.abs(pk.v_hat.astype(np.float64) - v.astype(np.float64))
+    assert np.allclose(err, d.min(axis=1), rtol=0, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------

@@ -60,7 +60,9 @@ def register(cls: type[Compressor]) -> type[Compressor]:
 
 def get_compressor(id: str, **params: Any) -> Compressor:
     """A configured compressor; unknown ids and bad parameters raise InputError."""
-    import co3cli.simulate.baselines  # noqa: F401 - registers the baselines
+    import importlib
+
+    importlib.import_module("co3cli.simulate.baselines")  # registers the baselines
 
     if id not in COMPRESSORS:
         raise InputError(f"unknown compressor {id!r}; allowed: {', '.join(sorted(COMPRESSORS))}")
