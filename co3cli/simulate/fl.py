@@ -537,12 +537,15 @@ def read_metrics(run: str | os.PathLike) -> dict[str, np.ndarray]:
 
 def plot_runs(runs: list[str], out_png: str | os.PathLike, labels: list[str] | None = None) -> None:
     """Accuracy vs round, accuracy vs cumulative uplink bits, bits/entry vs round (one PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     data = [read_metrics(r) for r in runs]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("co3 simulate plot needs matplotlib: pip install 'co3cli[plot]'") \
+            from None
     labels = labels or [Path(r).name for r in runs]
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
     for d, lab in zip(data, labels):
