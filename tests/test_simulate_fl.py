@@ -168,9 +168,9 @@ def test_cli_run_sweep_plot_and_errors(tmp_path, capsys):
     assert (out / "sweep.csv").exists() and (out / "gamma=1" / "metrics.csv").exists()
     png = tmp_path / "p.png"
     code, text = cli("simulate", "plot", out / "gamma=0", out / "gamma=1", "-o", png)
-    try:
-        import matplotlib  # noqa: F401 - optional (co3cli[plot])
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:  # optional (co3cli[plot])
         assert code == 1 and "needs matplotlib" in text and not png.exists()
     else:
         assert code == 0 and png.read_bytes()[:4] == b"\x89PNG"
