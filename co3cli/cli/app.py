@@ -428,6 +428,15 @@ def simulate_fl_cli(
     sweep: Optional[str] = typer.Option(None, "--sweep", help="name=v1,v2,... over a config "
                                         "field or compressor parameter (e.g. gamma=0,0.5,1)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run in --output."),
+    engine: str = typer.Option("inprocess", "--engine", help="inprocess (default) or torchrun: "
+                               "rank 0 the server, ranks 1..N-1 the clients, real bytes over "
+                               "torch.distributed (gloo) between processes."),
+    nproc: int = typer.Option(3, "--nproc", help="torchrun engine: processes on this machine."),
+    timeout: float = typer.Option(300.0, "--timeout", help="torchrun engine: seconds a rank "
+                                  "may wait for another before the job fails."),
+    print_torchrun: bool = typer.Option(False, "--print-torchrun", help="Write the config to "
+                                        "--output and print the torchrun line for running the "
+                                        "job on several machines, instead of running it."),
     json_out: bool = JsonOpt, quiet: bool = QuietOpt,
 ):
     """Federated training where every upload is really compressed, sent as bytes and decoded.
@@ -438,6 +447,8 @@ def simulate_fl_cli(
     Example: co3 simulate fl -c co3 --format fp4-co3 --sweep gamma=0,0.5,0.7,0.9,1 -o sweep/
 
     Example: co3 simulate fl -c qsgd -p levels=2 --partition dirichlet --alpha 0.3 -o q/
+
+    Example: co3 simulate fl -c co3 --format fp8-e5m2 --engine torchrun --nproc 4 -o tr/
     """
     from co3cli.simulate.fl import FLConfig, parse_value, run_fl, run_sweep
 
@@ -469,7 +480,25 @@ def simulate_fl_cli(
                    compressor=compressor, compressor_params=params, gamma=gamma,
                    eval_every=eval_every, seed=seed, dump_rounds=rounds_list,
                    dump_client=dump_client)
-    if sweep is not None:
+    if engine not in ("inprocess", "torchrun"):
+        raise InputError(f"--engine {engine!r} is not one of inprocess, torchrun")
+    if engine == "torchrun" or print_torchrun:
+        from co3cli.simulate import dist
+        from co3cli.simulate.fl import check_config
+
+        if sweep is not None:
+            raise InputError("--sweep runs with the in-process engine only")
+        check_config(cfg)
+        if print_torchrun:
+            out_dir = Path(output)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            cfg_path = out_dir / "fl-config.json"
+            cfg_path.write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
+            _emit(dist.torchrun_command(cfg_path, out_dir, nproc, nnodes=2))
+            return
+        res = dist.launch(cfg, output, nproc, overwrite=overwrite, timeout=timeout,
+                          progress=not quiet)
+    elif sweep is not None:
         rows = run_sweep(cfg, sweep, output, progress=not quiet, overwrite=overwrite)
         if json_out:
             _emit(json.dumps(rows, indent=1))
@@ -480,7 +509,8 @@ def simulate_fl_cli(
                       f"{r['mean_bits_per_entry']:.3f} bits/entry, "
                       f"{r['total_uplink_bytes']:,} uplink bytes ({r['stopped']})")
         return
-    res = run_fl(cfg, output, progress=not quiet, overwrite=overwrite)
+    else:
+        res = run_fl(cfg, output, progress=not quiet, overwrite=overwrite)
     if json_out:
         _emit(json.dumps(res.to_dict(), indent=1))
     elif not quiet:

@@ -48,7 +48,8 @@ ALGORITHMS = ("fedsgd", "fedavg")
 PARTITIONS = ("iid", "dirichlet", "shards")
 SCHEDULES = ("constant", "cosine", "step")
 METRICS = (
-    "round", "lr", "train_loss", "test_loss", "test_accuracy", "participants", "uplink_bytes",
+    "round", "lr", "train_loss", "test_loss", "test_accuracy", "participants",
+    "rejected_uploads", "uplink_bytes",
     "uplink_bits_per_entry", "cumulative_uplink_bytes", "entropy_bits_per_entry",
     "t_compute", "t_compress", "t_decompress", "t_server", "t_eval",
 )
@@ -222,200 +223,301 @@ def _evaluate(model, x, y, batch: int = 1024) -> tuple[float, float]:
     return loss / len(y), correct / len(y)
 
 
-def run_fl(cfg: FLConfig, out: str | os.PathLike, *, progress: bool = False,
-           overwrite: bool = False, on_round: Callable[[dict], None] | None = None) -> FLResult:
-    """Run ``cfg``; write ``config.json``, ``metrics.csv``, ``summary.json`` into ``out``."""
-    import torch
-
-    from co3cli.capture import build_model, load_task_data
-
-    comp = check_config(cfg)
+def prepare_output(out: str | os.PathLike, overwrite: bool) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"output {out} exists and is not a folder")
     if (out / "metrics.csv").exists() and not overwrite:
         raise InputError(f"{out} already holds a run (metrics.csv); choose another folder or "
                          "pass --overwrite")
+    return out
+
+
+def run_fl(cfg: FLConfig, out: str | os.PathLike, *, progress: bool = False,
+           overwrite: bool = False, on_round: Callable[[dict], None] | None = None) -> FLResult:
+    """Run ``cfg`` in this process; write ``config.json``, ``metrics.csv``, ``summary.json``
+    and ``model.pt`` (the final server model's state_dict) into ``out``."""
+    import torch
+
+    comp = check_config(cfg)
+    out = prepare_output(out, overwrite)
     old_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _run(cfg, comp, out, progress, on_round, build_model, load_task_data)
+        sim = Simulation(cfg, comp)
+        log = RunLog(sim, out, progress)
+        try:
+            for r in range(cfg.rounds):
+                lr, who = lr_at(cfg, r), sim.participants()
+                msgs = [sim.client_round(int(c), r, lr) for c in who]
+                row = sim.server_round(r, lr, who, msgs)
+                log.round(row, on_round)
+        except Diverged as exc:
+            log.stopped = str(exc)
+        return log.finish()
     finally:
         torch.set_num_threads(old_threads)
 
 
-def _run(cfg, comp, out, progress, on_round, build_model, load_task_data) -> FLResult:
-    import torch
+@dataclass
+class ClientMsg:
+    """What one client sends in one round: the payloads (one per layer) and its figures."""
 
-    from co3cli.fileio import created_timestamp
+    client: int
+    payloads: list[bytes]
+    loss: float
+    t_compute: float
+    t_compress: float
+    entropy_bits: float | None
+    diverged: bool = False
 
-    t_start = time.perf_counter()
-    root = np.random.SeedSequence(cfg.seed)
-    split_ss, part_ss, server_ss, client_ss = root.spawn(4)
-    train, test = load_task_data(cfg.task, cfg.test_fraction, int(split_ss.generate_state(1)[0]))
-    labels = train.y.numpy()
-    shards = partition(labels, cfg, np.random.default_rng(part_ss))
-    model = build_model(cfg.task, cfg.seed)
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    names = [n for n, _ in named]
-    params = [p for _, p in named]
-    numel = [p.numel() for p in params]
-    entries_per_client = sum(numel)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    batch_rng = [np.random.default_rng(s) for s in client_ss.spawn(cfg.clients)]
-    comp_rng = [np.random.default_rng(s) for s in client_ss.spawn(cfg.clients)]
-    server_rng = np.random.default_rng(server_ss)
-    send_state = [[{} for _ in params] for _ in range(cfg.clients)]
-    recv_state = [[{} for _ in params] for _ in range(cfg.clients)]
-    memory: list[list[np.ndarray | None]] = [[None] * len(params) for _ in range(cfg.clients)]
-    momentum_buf = [torch.zeros_like(p) for p in params]
 
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in ("metrics.csv", "summary.json", "transmitted.h5"):
-        (out / stale).unlink(missing_ok=True)
-    config_doc = {
-        "schema": "co3.simulate-fl/1", "config": cfg.to_dict(), "compressor": comp.config(),
-        "model_parameters": entries_per_client, "layers": dict(zip(names, numel)),
-        "shard_sizes": [int(s.size) for s in shards], "n_train": len(labels),
-        "n_test": len(test.y), "versions": _versions(), "created": created_timestamp(),
-    }
-    (out / "config.json").write_text(json.dumps(config_doc, indent=2) + "\n")
+class Simulation:
+    """The seeded world of a run: data, shards, model, per-client and server state.
 
-    writer = None
-    dump_rounds = set(int(r) for r in cfg.dump_rounds)
-    if dump_rounds:
-        from co3cli.dump import StepWriter
+    Every process of the torchrun engine builds the same one from the config (same seed, same
+    everything); the in-process engine uses one. ``client_round`` is a client's work,
+    ``server_round`` the server's: decode every payload with the server's own per-client
+    state, sum in client order (float64), average, step; both engines call them identically,
+    which is what makes them agree bit for bit.
+    """
 
-        dump_keys = [f"{s}/{n}" for s in ("raw", "corrected", "decoded") for n in names]
-        writer = StepWriter(
-            out / "transmitted.h5",
-            {f"{s}/{n}": tuple(p.shape) for s in ("raw", "corrected", "decoded") for n, p in named},
-            streams=["raw", "corrected", "decoded"],
-            attrs={"source": "co3 simulate fl", "client": cfg.dump_client,
-                   "config": json.dumps(config_doc["config"], sort_keys=True),
-                   "compressor": json.dumps(comp.config(), sort_keys=True)},
-        )
+    def __init__(self, cfg: FLConfig, comp):
+        import torch
 
-    bar = None
-    if progress and sys.stderr.isatty():
-        from tqdm import tqdm
+        from co3cli.capture import build_model, load_task_data
 
-        bar = tqdm(total=cfg.rounds, desc=f"fl {cfg.compressor}", unit="round", leave=False)
-    m = cfg.participation or cfg.clients
-    cumulative = 0
-    best = final = None
-    bpe_sum = ent_sum = 0.0
-    ent_ok = True
-    t_compute_all = t_codec_all = 0.0
-    rounds_done = 0
-    stopped = "finished"
-    csv_file = open(out / "metrics.csv", "w", newline="")
-    try:
-        csv_w = csv.writer(csv_file)
-        csv_w.writerow(METRICS)
-        csv_file.flush()
-        for r in range(cfg.rounds):
-            lr = lr_at(cfg, r)
-            who = (np.sort(server_rng.choice(cfg.clients, m, replace=False))
-                   if m < cfg.clients else np.arange(cfg.clients))
-            sums = [np.zeros(k, np.float64) for k in numel]
-            t = dict(compute=0.0, compress=0.0, decompress=0.0, server=0.0, eval=0.0)
-            nbytes = 0
-            ent_bits = 0.0
-            losses = []
-            for c in who:
-                c = int(c)
-                t0 = time.perf_counter()
-                grads, loss = _client_update(cfg, model, params, loss_fn, train, shards[c],
-                                             batch_rng[c], lr)
-                t["compute"] += time.perf_counter() - t0
-                if not math.isfinite(loss) or not all(np.isfinite(g).all() for g in grads):
-                    raise Diverged(f"round {r}: client {c} diverged (loss {loss:.4g}, lr {lr:.4g});"
-                                   " lower --lr; metrics.csv holds the rounds before it")
-                losses.append(loss)
-                rows = {}
-                for j, g in enumerate(grads):
-                    e = memory[c][j]
-                    v = g if (e is None or cfg.gamma == 0.0) else g + np.float32(cfg.gamma) * e
-                    t0 = time.perf_counter()
-                    pkt = comp.compress(v, send_state[c][j], comp_rng[c])
-                    t1 = time.perf_counter()
-                    g_hat = comp.decompress(pkt.payload, numel[j], recv_state[c][j])
-                    t["decompress"] += time.perf_counter() - t1
-                    t["compress"] += t1 - t0
-                    memory[c][j] = v - pkt.v_hat
-                    nbytes += len(pkt.payload)
-                    if pkt.entropy_bits is None:
-                        ent_ok = False
-                    else:
-                        ent_bits += pkt.entropy_bits
-                    sums[j] += g_hat
-                    if writer is not None and r in dump_rounds and c == cfg.dump_client:
-                        rows.update({f"raw/{names[j]}": g, f"corrected/{names[j]}": v,
-                                     f"decoded/{names[j]}": g_hat})
-                if rows:
-                    writer.write(r, {k: rows[k] for k in dump_keys}, loss=loss, lr=lr)
+        self.cfg, self.comp = cfg, comp
+        root = np.random.SeedSequence(cfg.seed)
+        split_ss, part_ss, server_ss, client_ss = root.spawn(4)
+        self.train, self.test = load_task_data(cfg.task, cfg.test_fraction,
+                                               int(split_ss.generate_state(1)[0]))
+        self.labels = self.train.y.numpy()
+        self.shards = partition(self.labels, cfg, np.random.default_rng(part_ss))
+        self.model = build_model(cfg.task, cfg.seed)
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        self.named = named
+        self.names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        self.numel = [p.numel() for p in self.params]
+        self.entries = sum(self.numel)
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.batch_rng = [np.random.default_rng(s) for s in client_ss.spawn(cfg.clients)]
+        self.comp_rng = [np.random.default_rng(s) for s in client_ss.spawn(cfg.clients)]
+        self.server_rng = np.random.default_rng(server_ss)
+        self.send_state = [[{} for _ in self.params] for _ in range(cfg.clients)]
+        self.recv_state = [[{} for _ in self.params] for _ in range(cfg.clients)]
+        self.memory: list[list[np.ndarray | None]] = [
+            [None] * len(self.params) for _ in range(cfg.clients)]
+        self.momentum_buf = [torch.zeros_like(p) for p in self.params]
+        self.dump_rows: dict[str, np.ndarray] | None = None  # client dump_client's last upload
+
+    def participants(self) -> np.ndarray:
+        """This round's clients, sorted (the server's seeded draw; every process makes it)."""
+        m = self.cfg.participation or self.cfg.clients
+        if m < self.cfg.clients:
+            return np.sort(self.server_rng.choice(self.cfg.clients, m, replace=False))
+        return np.arange(self.cfg.clients)
+
+    def client_round(self, c: int, r: int, lr: float) -> ClientMsg:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        grads, loss = _client_update(cfg, self.model, self.params, self.loss_fn, self.train,
+                                     self.shards[c], self.batch_rng[c], lr)
+        t_compute = time.perf_counter() - t0
+        if not math.isfinite(loss) or not all(np.isfinite(g).all() for g in grads):
+            return ClientMsg(c, [], loss, t_compute, 0.0, None, diverged=True)
+        payloads, ent, ent_ok, rows = [], 0.0, True, {}
+        t_compress = 0.0
+        for j, g in enumerate(grads):
+            e = self.memory[c][j]
+            v = g if (e is None or cfg.gamma == 0.0) else g + np.float32(cfg.gamma) * e
             t0 = time.perf_counter()
-            step = lr if cfg.algorithm == "fedsgd" else cfg.server_lr
-            with torch.no_grad():
-                for j, p in enumerate(params):
-                    avg = torch.from_numpy((sums[j] / len(who)).astype(np.float32)).view_as(p)
-                    buf = momentum_buf[j]
-                    buf.mul_(cfg.momentum).add_(avg)
-                    p.sub_(step * buf)
-            t["server"] = time.perf_counter() - t0
-            test_loss = acc = None
-            if (r + 1) % cfg.eval_every == 0 or r == cfg.rounds - 1:
-                t0 = time.perf_counter()
-                test_loss, acc = _evaluate(model, test.x, test.y)
-                t["eval"] = time.perf_counter() - t0
-                final = acc
-                best = acc if best is None else max(best, acc)
-            entries = entries_per_client * len(who)
-            bpe = 8.0 * nbytes / entries
-            cumulative += nbytes
-            bpe_sum += bpe
-            ent_sum += ent_bits / entries
-            t_compute_all += t["compute"]
-            t_codec_all += t["compress"] + t["decompress"]
-            row = {"round": r, "lr": lr, "train_loss": float(np.mean(losses)),
-                   "test_loss": test_loss, "test_accuracy": acc, "participants": len(who),
-                   "uplink_bytes": nbytes, "uplink_bits_per_entry": bpe,
-                   "cumulative_uplink_bytes": cumulative,
-                   "entropy_bits_per_entry": ent_bits / entries if ent_ok else None,
-                   **{f"t_{k}": v for k, v in t.items()}}
-            csv_w.writerow(["" if row[k] is None else (f"{row[k]:.6g}" if isinstance(row[k], float)
-                                                       else row[k]) for k in METRICS])
-            csv_file.flush()
-            rounds_done = r + 1
-            if on_round is not None:
-                on_round(row)
-            if bar is not None:
-                bar.update(1)
-                post = {"loss": f"{row['train_loss']:.3f}", "bpe": f"{bpe:.3f}"}
-                if final is not None:
-                    post["acc"] = f"{final:.4f}"
-                bar.set_postfix(post, refresh=False)
-    except Diverged as exc:
-        stopped = str(exc)
-    finally:
-        csv_file.close()
-        if bar is not None:
-            bar.close()
-        if writer is not None:
-            writer.close()
-    result = FLResult(
-        out=str(out), rounds_done=rounds_done, final_accuracy=final, best_accuracy=best,
-        total_uplink_bytes=cumulative,
-        mean_bits_per_entry=bpe_sum / rounds_done if rounds_done else float("nan"),
-        mean_entropy_bits_per_entry=(ent_sum / rounds_done if ent_ok and rounds_done else None),
-        stopped=stopped, seconds=time.perf_counter() - t_start,
-        t_codec_fraction=t_codec_all / t_compute_all if t_compute_all else float("nan"),
+            pkt = self.comp.compress(v, self.send_state[c][j], self.comp_rng[c])
+            t_compress += time.perf_counter() - t0
+            self.memory[c][j] = v - pkt.v_hat
+            payloads.append(pkt.payload)
+            if pkt.entropy_bits is None:
+                ent_ok = False
+            else:
+                ent += pkt.entropy_bits
+            if c == cfg.dump_client and r in cfg.dump_rounds:
+                n = self.names[j]
+                rows.update({f"raw/{n}": g, f"corrected/{n}": v, f"decoded/{n}": pkt.v_hat})
+        if rows:
+            self.dump_rows = rows
+        return ClientMsg(c, payloads, loss, t_compute, t_compress, ent if ent_ok else None)
+
+    def server_round(self, r: int, lr: float, who, msgs: list[ClientMsg]) -> dict[str, Any]:
+        """Decode, average and apply one round's uploads; the metrics row (no eval yet)."""
+        import torch
+
+        bad = [m for m in msgs if m.diverged]
+        if bad:
+            m = bad[0]
+            raise Diverged(f"round {r}: client {m.client} diverged (loss {m.loss:.4g}, lr "
+                           f"{lr:.4g}); lower --lr; metrics.csv holds the rounds before it")
+        cfg = self.cfg
+        sums = [np.zeros(k, np.float64) for k in self.numel]
+        t0 = time.perf_counter()
+        for m in msgs:  # client order
+            for j, payload in enumerate(m.payloads):
+                sums[j] += self.comp.decompress(payload, self.numel[j], self.recv_state[m.client][j])
+        t_decompress = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        step = lr if cfg.algorithm == "fedsgd" else cfg.server_lr
+        with torch.no_grad():
+            for j, p in enumerate(self.params):
+                avg = torch.from_numpy((sums[j] / len(msgs)).astype(np.float32)).view_as(p)
+                buf = self.momentum_buf[j]
+                buf.mul_(cfg.momentum).add_(avg)
+                p.sub_(step * buf)
+        t_server = time.perf_counter() - t0
+        nbytes = sum(len(p) for m in msgs for p in m.payloads)
+        entries = self.entries * len(msgs)
+        ent = [m.entropy_bits for m in msgs]
+        return {
+            "round": r, "lr": lr, "train_loss": float(np.mean([m.loss for m in msgs])),
+            "test_loss": None, "test_accuracy": None, "participants": len(msgs),
+            "rejected_uploads": 0,
+            "uplink_bytes": nbytes, "uplink_bits_per_entry": 8.0 * nbytes / entries,
+            "cumulative_uplink_bytes": None,
+            "entropy_bits_per_entry": (sum(ent) / entries if None not in ent else None),
+            "t_compute": sum(m.t_compute for m in msgs),
+            "t_compress": sum(m.t_compress for m in msgs), "t_decompress": t_decompress,
+            "t_server": t_server, "t_eval": 0.0,
+        }
+
+    def evaluate(self) -> tuple[float, float]:
+        return _evaluate(self.model, self.test.x, self.test.y)
+
+    def config_doc(self) -> dict[str, Any]:
+        from co3cli.fileio import created_timestamp
+
+        return {
+            "schema": "co3.simulate-fl/1", "config": self.cfg.to_dict(),
+            "compressor": self.comp.config(), "model_parameters": self.entries,
+            "layers": dict(zip(self.names, self.numel)),
+            "shard_sizes": [int(s.size) for s in self.shards], "n_train": len(self.labels),
+            "n_test": len(self.test.y), "versions": _versions(), "created": created_timestamp(),
+        }
+
+
+def open_dump(sim: Simulation, out: Path, engine: str):
+    """The ``transmitted.h5`` writer (streams raw, corrected, decoded), or None."""
+    if not sim.cfg.dump_rounds:
+        return None
+    from co3cli.dump import StepWriter
+
+    return StepWriter(
+        out / "transmitted.h5",
+        {f"{s}/{n}": tuple(p.shape) for s in ("raw", "corrected", "decoded") for n, p in sim.named},
+        streams=["raw", "corrected", "decoded"],
+        attrs={"source": f"co3 simulate fl ({engine})", "client": sim.cfg.dump_client,
+               "config": json.dumps(sim.cfg.to_dict(), sort_keys=True),
+               "compressor": json.dumps(sim.comp.config(), sort_keys=True)},
     )
-    (out / "summary.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-    if stopped != "finished":
-        raise Diverged(stopped)
-    return result
+
+
+def write_dump_row(writer, sim: Simulation, r: int, loss: float, lr: float) -> None:
+    if writer is not None and sim.dump_rows:
+        keys = [f"{s}/{n}" for s in ("raw", "corrected", "decoded") for n in sim.names]
+        writer.write(r, {k: sim.dump_rows[k] for k in keys}, loss=loss, lr=lr)
+        sim.dump_rows = None
+
+
+class RunLog:
+    """The server's bookkeeping: config.json, metrics.csv (flushed per round), summary.json,
+    model.pt, the dump of transmitted gradients (in-process engine), the progress bar."""
+
+    def __init__(self, sim: Simulation, out: Path, progress: bool, engine: str = "in-process",
+                 extra_config: dict[str, Any] | None = None):
+        self.sim, self.out = sim, out
+        self.t_start = time.perf_counter()
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in ("metrics.csv", "summary.json", "transmitted.h5", "model.pt"):
+            (out / stale).unlink(missing_ok=True)
+        doc = sim.config_doc()
+        doc["engine"] = engine
+        doc.update(extra_config or {})
+        (out / "config.json").write_text(json.dumps(doc, indent=2) + "\n")
+        self.writer = open_dump(sim, out, engine) if engine == "in-process" else None
+        self.bar = None
+        if progress and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=sim.cfg.rounds, desc=f"fl {sim.cfg.compressor}", unit="round",
+                            leave=False)
+        self.cumulative = 0
+        self.best = self.final = None
+        self.bpe_sum = self.ent_sum = 0.0
+        self.ent_ok = True
+        self.t_compute = self.t_codec = 0.0
+        self.rounds_done = 0
+        self.stopped = "finished"
+        self.csv_file = open(out / "metrics.csv", "w", newline="")
+        self.csv = csv.writer(self.csv_file)
+        self.csv.writerow(METRICS)
+        self.csv_file.flush()
+
+    def round(self, row: dict[str, Any], on_round=None) -> None:
+        """Evaluate when due, write the row, update the totals."""
+        sim, r = self.sim, row["round"]
+        write_dump_row(self.writer, sim, r, row["train_loss"], row["lr"])
+        if (r + 1) % sim.cfg.eval_every == 0 or r == sim.cfg.rounds - 1:
+            t0 = time.perf_counter()
+            row["test_loss"], row["test_accuracy"] = sim.evaluate()
+            row["t_eval"] = time.perf_counter() - t0
+            self.final = row["test_accuracy"]
+            self.best = self.final if self.best is None else max(self.best, self.final)
+        self.cumulative += row["uplink_bytes"]
+        row["cumulative_uplink_bytes"] = self.cumulative
+        self.bpe_sum += row["uplink_bits_per_entry"]
+        if row["entropy_bits_per_entry"] is None:
+            self.ent_ok = False
+        else:
+            self.ent_sum += row["entropy_bits_per_entry"]
+        self.t_compute += row["t_compute"]
+        self.t_codec += row["t_compress"] + row["t_decompress"]
+        self.csv.writerow(["" if row[k] is None else (f"{row[k]:.6g}" if isinstance(row[k], float)
+                                                      else row[k]) for k in METRICS])
+        self.csv_file.flush()
+        self.rounds_done = r + 1
+        if on_round is not None:
+            on_round(row)
+        if self.bar is not None:
+            self.bar.update(1)
+            post = {"loss": f"{row['train_loss']:.3f}", "bpe": f"{row['uplink_bits_per_entry']:.3f}"}
+            if self.final is not None:
+                post["acc"] = f"{self.final:.4f}"
+            self.bar.set_postfix(post, refresh=False)
+
+    def close(self) -> None:
+        self.csv_file.close()
+        if self.bar is not None:
+            self.bar.close()
+        if self.writer is not None:
+            self.writer.close()
+
+    def finish(self) -> FLResult:
+        """Close, save the model and summary.json; raise Diverged if the run stopped early."""
+        import torch
+
+        self.close()
+        torch.save(self.sim.model.state_dict(), self.out / "model.pt")
+        n = self.rounds_done
+        result = FLResult(
+            out=str(self.out), rounds_done=n, final_accuracy=self.final,
+            best_accuracy=self.best, total_uplink_bytes=self.cumulative,
+            mean_bits_per_entry=self.bpe_sum / n if n else float("nan"),
+            mean_entropy_bits_per_entry=(self.ent_sum / n if self.ent_ok and n else None),
+            stopped=self.stopped, seconds=time.perf_counter() - self.t_start,
+            t_codec_fraction=self.t_codec / self.t_compute if self.t_compute else float("nan"),
+        )
+        (self.out / "summary.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        if self.stopped != "finished":
+            raise Diverged(self.stopped)
+        return result
 
 
 def _client_update(cfg, model, params, loss_fn, train, shard, rng, lr):

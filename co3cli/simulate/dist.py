@@ -1,0 +1,363 @@
+"""The torchrun engine of ``co3 simulate fl``: rank 0 is the server, ranks 1..W the clients.
+
+::
+
+    every rank: Simulation(config)  (same seed -> same data, shards, model, draws)
+    round r:  client c lives on rank 1 + c % W (clients > W are multiplexed)
+      rank k: for its clients in `who`: ClientMsg -> message bytes --send--> rank 0
+      rank 0: recv in client order, check, decode, average, step, eval, metrics row
+      rank 0 --broadcast--> status (0 go on, 1 stop), then the model's parameters
+
+Message (client -> server), little-endian::
+
+    b"CO3M" | round u32 | client u32 | nlayers u32 | loss f64 | t_compute f64 | t_compress f64
+    | entropy_bits f64 (NaN: none) | diverged u8 | nlayers x payload length u32 | payloads
+    | CRC-32 of everything before, u32
+
+sent as an int64 length then the bytes (``dist.send``). A message whose CRC, magic, round or
+client does not match is reported on stderr with its rank and round and left out of the
+average (counted in the ``rejected_uploads`` column); only uplink bytes that arrived intact are
+charged. The server's model reaches the clients by ``dist.broadcast`` of the flat float32
+parameters, so all processes compute on the same bits: with the same config this engine and the
+in-process one give bit-identical models and identical byte counts (tested).
+
+Launch: ``launch(cfg, out, nproc)`` starts ``nproc`` processes of ``python -m
+co3cli.simulate.dist`` on this machine (gloo, a FileStore in a temporary folder, one torch thread
+each) and watches them: a rank that exits early stops the job with an error naming the rank and
+the round, and ``metrics.csv`` stays valid up to the last finished round. For several machines,
+``torchrun_command`` prints the equivalent ``torchrun`` line (the module reads ``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` from the environment when no ``--store`` is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import shlex
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Callable
+
+from co3cli.errors import Co3Error, CorruptDataError, InputError
+
+MAGIC = b"CO3M"
+_HEAD = struct.Struct("<4sIIIddddB")
+DEFAULT_TIMEOUT = 300.0
+
+
+def client_rank(c: int, world: int) -> int:
+    """The rank hosting client ``c`` (ranks 1..world-1)."""
+    return 1 + c % (world - 1)
+
+
+def encode_message(r: int, msg) -> bytes:
+    ent = math.nan if msg.entropy_bits is None else msg.entropy_bits
+    head = _HEAD.pack(MAGIC, r, msg.client, len(msg.payloads), msg.loss, msg.t_compute,
+                      msg.t_compress, ent, 1 if msg.diverged else 0)
+    lens = struct.pack(f"<{len(msg.payloads)}I", *(len(p) for p in msg.payloads))
+    body = head + lens + b"".join(msg.payloads)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def decode_message(data: bytes, r: int, client: int, rank: int, nlayers: int):
+    """The ClientMsg in ``data``; CorruptDataError naming round, client and rank otherwise."""
+    from co3cli.simulate.fl import ClientMsg
+
+    where = f"round {r}: upload of client {client} from rank {rank}"
+    if len(data) < _HEAD.size + 4:
+        raise CorruptDataError(f"{where} is truncated ({len(data)} bytes)")
+    body, (crc,) = data[:-4], struct.unpack("<I", data[-4:])
+    if zlib.crc32(body) != crc:
+        raise CorruptDataError(f"{where} failed its checksum")
+    magic, rr, cc, n, loss, t_comp, t_cmp, ent, div = _HEAD.unpack_from(body, 0)
+    if magic != MAGIC or rr != r or cc != client or (n != nlayers and not div):
+        raise CorruptDataError(f"{where} is for round {rr}, client {cc}, {n} layers")
+    pos = _HEAD.size
+    if len(body) < pos + 4 * n:
+        raise CorruptDataError(f"{where} is truncated")
+    lens = struct.unpack_from(f"<{n}I", body, pos)
+    pos += 4 * n
+    if pos + sum(lens) != len(body):
+        raise CorruptDataError(f"{where}: payload lengths do not add up")
+    payloads = []
+    for k in lens:
+        payloads.append(bytes(body[pos:pos + k]))
+        pos += k
+    return ClientMsg(cc, payloads, loss, t_comp, t_cmp, None if math.isnan(ent) else ent,
+                     diverged=bool(div))
+
+
+def _send_bytes(data: bytes, dst: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.send(torch.tensor([len(data)], dtype=torch.int64), dst=dst)
+    dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), dst=dst)
+
+
+def _recv_bytes(src: int) -> bytes:
+    import torch
+    import torch.distributed as dist
+
+    n = torch.zeros(1, dtype=torch.int64)
+    dist.recv(n, src=src)
+    if not 0 < int(n) < 1 << 34:
+        raise CorruptDataError(f"rank {src} announced a message of {int(n)} bytes")
+    buf = torch.empty(int(n), dtype=torch.uint8)
+    dist.recv(buf, src=src)
+    return buf.numpy().tobytes()
+
+
+def _flat_params(sim):
+    import torch
+
+    return torch.cat([p.detach().reshape(-1) for p in sim.params])
+
+
+def _set_params(sim, flat) -> None:
+    import torch
+
+    with torch.no_grad():
+        pos = 0
+        for p in sim.params:
+            n = p.numel()
+            p.copy_(flat[pos:pos + n].view_as(p))
+            pos += n
+
+
+def _broadcast_status(status: int) -> int:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([status], dtype=torch.int64)
+    dist.broadcast(t, src=0)
+    return int(t)
+
+
+def serve(cfg, out: Path, world: int, progress: bool = False) -> None:
+    """Rank 0: the server's loop."""
+    import torch.distributed as dist
+
+    from co3cli.simulate.fl import Diverged, RunLog, Simulation, check_config, lr_at
+
+    comp = check_config(cfg)
+    sim = Simulation(cfg, comp)
+    log = RunLog(sim, out, progress, engine="torchrun", extra_config={"world_size": world})
+    stop = 1
+    try:
+        for r in range(cfg.rounds):
+            lr, who = lr_at(cfg, r), sim.participants()
+            msgs, rejected = [], 0
+            for c in (int(c) for c in who):
+                rank = client_rank(c, world)
+                data = _recv_bytes(rank)
+                try:
+                    msgs.append(decode_message(data, r, c, rank, len(sim.params)))
+                except CorruptDataError as exc:
+                    print(f"co3: warning: {exc}; left out of the average", file=sys.stderr)
+                    rejected += 1
+            if not msgs:
+                raise InputError(f"round {r}: no upload arrived intact")
+            row = sim.server_round(r, lr, who, msgs)
+            row["rejected_uploads"] = rejected
+            log.round(row)
+            stop = 1 if r == cfg.rounds - 1 else 0
+            _broadcast_status(stop)
+            if not stop:
+                dist.broadcast(_flat_params(sim), src=0)
+    except Diverged as exc:
+        log.stopped = str(exc)
+    finally:
+        if not stop:  # an error before the broadcast: release the clients
+            try:
+                _broadcast_status(1)
+            except Exception:  # noqa: BLE001 - the group may be broken already
+                pass
+    try:
+        log.finish()
+    except Diverged:
+        pass  # summary.json says why; the launcher reports it
+
+
+def work(cfg, out: Path, rank: int, world: int) -> None:
+    """Ranks 1..W: run this rank's clients every round."""
+    import torch.distributed as dist
+
+    from co3cli.simulate.fl import Simulation, check_config, lr_at, open_dump, write_dump_row
+
+    comp = check_config(cfg)
+    sim = Simulation(cfg, comp)
+    writer = open_dump(sim, out, "torchrun") if client_rank(cfg.dump_client, world) == rank \
+        else None
+    flat = _flat_params(sim)
+    try:
+        for r in range(cfg.rounds):
+            lr, who = lr_at(cfg, r), sim.participants()
+            for c in (int(c) for c in who):
+                if client_rank(c, world) != rank:
+                    continue
+                msg = sim.client_round(c, r, lr)
+                write_dump_row(writer, sim, r, msg.loss, lr)
+                _send_bytes(encode_message(r, msg), 0)
+            if _broadcast_status(0):
+                break
+            dist.broadcast(flat, src=0)
+            _set_params(sim, flat)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+# -- launching -------------------------------------------------------------------------------------
+def _config_from_json(path: str):
+    from co3cli.simulate.fl import FLConfig
+
+    doc = json.loads(Path(path).read_text())
+    doc["dump_rounds"] = tuple(doc.get("dump_rounds", ()))
+    return FLConfig(**doc)
+
+
+def _write_config(cfg, path: Path) -> None:
+    path.write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
+
+
+def torchrun_command(cfg_path: str | os.PathLike, out: str | os.PathLike, nproc: int,
+                     nnodes: int = 1, endpoint: str = "HOST:29500") -> str:
+    """The ``torchrun`` line that runs the same job over ``nnodes`` machines."""
+    return (f"OMP_NUM_THREADS=1 torchrun --nnodes={nnodes} --nproc-per-node={nproc} "
+            f"--rdzv-backend=c10d --rdzv-endpoint={endpoint} -m co3cli.simulate.dist "
+            f"--config {shlex.quote(str(cfg_path))} --out {shlex.quote(str(out))}")
+
+
+def launch(cfg, out: str | os.PathLike, nproc: int, *, overwrite: bool = False,
+           timeout: float = DEFAULT_TIMEOUT, progress: bool = False,
+           on_start: Callable[[list], None] | None = None):
+    """Run ``cfg`` on ``nproc`` local processes (1 server + nproc-1 clients); an FLResult."""
+    from co3cli.simulate.fl import Diverged, FLResult, check_config, prepare_output
+
+    check_config(cfg)
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 2:
+        raise InputError(f"--nproc {nproc!r} must be >= 2 (a server and at least one client)")
+    out = prepare_output(out, overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.csv").unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="co3-fl-") as tmp:
+        cfg_path = Path(tmp) / "config.json"
+        _write_config(cfg, cfg_path)
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        procs, logs = [], []
+        for rank in range(nproc):
+            log = open(Path(tmp) / f"rank{rank}.log", "w+")
+            cmd = [sys.executable, "-m", "co3cli.simulate.dist", "--config", str(cfg_path),
+                   "--out", str(out), "--rank", str(rank), "--world", str(nproc),
+                   "--store", str(Path(tmp) / "store"), "--timeout", str(timeout)]
+            if rank == 0 and progress:
+                cmd.append("--progress")
+            procs.append(subprocess.Popen(cmd, env=env, stdout=log,
+                                          stderr=None if rank == 0 and progress else log))
+            logs.append(log)
+        if on_start is not None:
+            on_start(procs)
+        failed = None
+        try:
+            while any(p.poll() is None for p in procs):
+                for rank, p in enumerate(procs):
+                    if p.poll() not in (None, 0) and failed is None:
+                        failed = rank
+                if failed is not None:
+                    break
+                time.sleep(0.05)
+            for rank, p in enumerate(procs):
+                if p.poll() not in (None, 0) and failed is None:
+                    failed = rank
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            for p in procs:
+                p.wait()
+        tails = []
+        for log in logs:
+            log.flush()
+            log.seek(0)
+            lines = [ln.strip() for ln in log.read().splitlines() if ln.strip()]
+            tails.append(lines[-1] if lines else "")
+            log.close()
+        for rank, tail in enumerate(tails):
+            if rank and tail.startswith("co3: warning:"):
+                print(tail, file=sys.stderr)
+        if failed is not None:
+            done = _rounds_done(out)
+            rc = procs[failed].returncode
+            how = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+            why = f": {tails[failed]}" if tails[failed] else ""
+            raise InputError(f"rank {failed} {how} during round {done}{why}; metrics.csv holds "
+                             f"the {done} finished round(s)")
+    summary = out / "summary.json"
+    if not summary.exists():
+        raise InputError(f"the torchrun job ended without writing {summary}")
+    res = json.loads(summary.read_text())
+    if res["stopped"] != "finished":
+        raise Diverged(res["stopped"])
+    return FLResult(**res)
+
+
+def _rounds_done(out: Path) -> int:
+    try:
+        with open(out / "metrics.csv") as f:
+            return max(sum(1 for _ in f) - 1, 0)
+    except OSError:
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="co3 simulate fl, one rank of the torchrun engine")
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--rank", type=int, default=None)
+    ap.add_argument("--world", type=int, default=None)
+    ap.add_argument("--store", default=None, help="FileStore path (default: env:// rendezvous)")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    ap.add_argument("--progress", action="store_true")
+    args = ap.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    timeout = _dt.timedelta(seconds=args.timeout)
+    try:
+        cfg = _config_from_json(args.config)
+        if args.store:
+            store = dist.FileStore(args.store, args.world)
+            dist.init_process_group("gloo", store=store, rank=args.rank,
+                                    world_size=args.world, timeout=timeout)
+        else:
+            dist.init_process_group("gloo", timeout=timeout)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if world < 2:
+            raise InputError("the torchrun engine needs at least 2 ranks")
+        try:
+            if rank == 0:
+                serve(cfg, Path(args.out), world, progress=args.progress)
+            else:
+                work(cfg, Path(args.out), rank, world)
+        finally:
+            dist.destroy_process_group()
+    except (Co3Error, OSError, RuntimeError, ValueError, TypeError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"co3: error: {msg}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""co3cli.ddp: the co3 DDP communication hook on 2 gloo ranks (forked processes, FileStore).
+
+Every multi-process test runs its ranks in child processes with a join timeout and a process
+group timeout, so a failure is reported instead of hanging.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import traceback
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from co3cli.ddp import CO3State, co3_hook
+from co3cli.errors import InputError
+from co3cli.simulate.compressors import get_compressor
+
+WORLD = 2
+JOIN_TIMEOUT_S = 60
+PG_TIMEOUT = timedelta(seconds=30)
+
+
+# ---------------------------------------------------------------------- helpers (in the ranks)
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16),
+                               torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(16, 12, generator=gen), torch.randint(0, 3, (16,), generator=gen)
+
+
+def _ddp(model: torch.nn.Module) -> torch.nn.parallel.DistributedDataParallel:
+    # a tiny bucket cap gives several buckets (and DDP's bucket rebuild after step 0)
+    return torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
+
+
+def _step(ddp, opt, rank: int, step: int) -> None:
+    x, y = _batch(rank, step)
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(ddp(x), y).backward()
+    opt.step()
+
+
+def _flat_params(model: torch.nn.Module) -> np.ndarray:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+
+
+def _scenario_train(rank: int, world: int, out: Path) -> dict[str, Any]:
+    """4 steps with gamma 0.9; a wrapper checks the error-feedback contract on every bucket."""
+    model = _model()
+    ddp = _ddp(model)
+    state = CO3State(None, format="fp8-e5m2", coder="ans", gamma=0.9, refit_every=3)
+    reference = get_compressor("co3", **state.config)
+    checks = {"buckets": 0, "max_rel_err": 0.0, "memory_nonzero": 0}
+
+    def checking_hook(st, bucket):  # unannotated: DDP checks annotations
+        g = bucket.buffer().detach().clone().numpy()
+        old = st._buckets.get(bucket.index())
+        fresh = old is None or old.numel != g.size
+        e_before = np.zeros_like(g) if fresh else old.memory.copy()
+        sender_before = {} if fresh else copy.deepcopy(old.sender)
+        fut = co3_hook(st, bucket)
+        v = g + np.float32(st.gamma) * e_before
+        pkt = reference.compress(v, sender_before, np.random.default_rng(0))
+        e_after = st._buckets[bucket.index()].memory
+        assert np.array_equal(e_after, v - pkt.v_hat), "memory is not v - v_hat"
+        checks["memory_nonzero"] += int(np.any(e_after != 0))
+        v_mean = torch.from_numpy(v.copy())
+        dist.all_reduce(v_mean)
+        v_mean /= world
+        err = (fut.value() - v_mean).norm() / v_mean.norm().clamp_min(1e-30)
+        checks["max_rel_err"] = max(checks["max_rel_err"], float(err))
+        checks["buckets"] += 1
+        return fut
+
+    ddp.register_comm_hook(state, checking_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    params = []
+    for step in range(4):
+        _step(ddp, opt, rank, step)
+        params.append(_flat_params(model))
+    clone = pickle.loads(pickle.dumps(state))
+    same = _same_state_dicts(clone.state_dict(), state.state_dict())
+    return {"params": params, "checks": checks, "stats": state.stats(), "pickle_same": same,
+            "pickled_group": clone.process_group}
+
+
+def _same_state_dicts(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, dict):
+            if not isinstance(y, dict) or not _same_state_dicts(x, y):
+                return False
+        elif isinstance(x, torch.Tensor):
+            if not torch.equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _scenario_ckpt_a(rank: int, world: int, out: Path, k: int) -> dict[str, Any]:
+    """k steps, checkpoint (model, optimizer, co3 state), then step k -> params P1."""
+    model = _model()
+    ddp = _ddp(model)
+    state = CO3State(None, format="fp4-co3", coder="ans", gamma=0.9, refit_every=2)
+    ddp.register_comm_hook(state, co3_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for step in range(k):
+        _step(ddp, opt, rank, step)
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                "co3": state.state_dict(), "co3_pickle": pickle.dumps(state)},
+               out / f"ckpt-{rank}.pt")
+    _step(ddp, opt, rank, k)
+    return {"params": _flat_params(model), "stats": state.stats()}
+
+
+def _scenario_ckpt_b(rank: int, world: int, out: Path, k: int) -> dict[str, Any]:
+    """Fresh processes: restore the checkpoint, step k -> params (must equal P1)."""
+    ckpt = torch.load(out / f"ckpt-{rank}.pt", weights_only=False)
+    model = _model()
+    model.load_state_dict(ckpt["model"])
+    ddp = _ddp(model)
+    if rank == 0:  # both restore paths: pickle on rank 0, load_state_dict on rank 1
+        state = pickle.loads(ckpt["co3_pickle"])
+    else:
+        state = CO3State(None, format="fp4-co3", coder="ans", gamma=0.5, refit_every=2)
+        state.load_state_dict(ckpt["co3"])
+    ddp.register_comm_hook(state, co3_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt.load_state_dict(ckpt["opt"])
+    _step(ddp, opt, rank, k)
+    return {"params": _flat_params(model), "stats": state.stats()}
+
+
+SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "train": _scenario_train, "ckpt_a": _scenario_ckpt_a, "ckpt_b": _scenario_ckpt_b,
+}
+
+
+def _worker(rank: int, world: int, store_path: str, out: str, scenario: str,
+            kwargs: dict[str, Any]) -> None:
+    torch.set_num_threads(1)
+    out_dir = Path(out)
+    code = 0
+    try:
+        store = dist.FileStore(store_path, world)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                                timeout=PG_TIMEOUT)
+        try:
+            result = SCENARIOS[scenario](rank, world, out_dir, **kwargs)
+        finally:
+            dist.destroy_process_group()
+        torch.save(result, out_dir / f"{scenario}-{rank}.pt")
+    except BaseException:
+        (out_dir / f"{scenario}-{rank}.err").write_text(traceback.format_exc())
+        code = 1
+    os._exit(code)  # a forked child must not run the parent's (pytest's) exit handlers
+
+
+def _launch(tmp_path: Path, scenario: str, **kwargs: Any) -> list[dict[str, Any]]:
+    methods = mp.get_all_start_methods()
+    ctx = mp.get_context("fork" if "fork" in methods else "spawn")
+    store = str(tmp_path / f"store-{uuid.uuid4().hex}")
+    procs = [ctx.Process(target=_worker, args=(r, WORLD, store, str(tmp_path), scenario, kwargs))
+             for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(JOIN_TIMEOUT_S)
+    hung = [p for p in procs if p.is_alive()]
+    for p in hung:
+        p.kill()
+        p.join(5)
+    errors = [f.read_text() for f in sorted(tmp_path.glob(f"{scenario}-*.err"))]
+    assert not errors, "\n".join(errors)
+    assert not hung, f"{scenario}: {len(hung)} rank(s) hung past {JOIN_TIMEOUT_S} s"
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    return [torch.load(tmp_path / f"{scenario}-{r}.pt", weights_only=False) for r in range(WORLD)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_codec():
+    """Compile the coder's numba kernels once in the parent so forked ranks inherit them."""
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    for fmt in ("fp8-e5m2", "fp4-co3"):
+        comp = get_compressor("co3", format=fmt, coder="ans")
+        v = rng.standard_normal(256).astype(np.float32)
+        comp.decompress(comp.compress(v, {}, rng).payload, v.size, {})
+
+
+# ---------------------------------------------------------------------- tests
+def test_replicas_identical_and_memory_carries_over(tmp_path):
+    r0, r1 = _launch(tmp_path, "train")
+    for step, (p0, p1) in enumerate(zip(r0["params"], r1["params"])):
+        assert np.array_equal(p0, p1), f"replicas differ after step {step}"
+    assert not np.array_equal(r0["params"][0], r0["params"][-1])
+    for r in (r0, r1):
+        c, s = r["checks"], r["stats"]
+        print(s["buckets"], s["bucket_resets"], c); assert c["buckets"] >= 4 and c["memory_nonzero"] == c["buckets"]
+        assert c["max_rel_err"] < 0.2  # fp8: the mean of the decodes is close to the mean of v
+        assert s["steps"] == 4 and s["bytes_total"] > 0 and s["entries_per_step"] == 995
+        assert 0 < s["entropy_bits_per_entry_mean"] <= s["bits_per_entry_mean"]
+        assert s["bits_per_entry_last"] < 32
+        assert r["pickle_same"] and r["pickled_group"] is None
+
+
+def test_checkpoint_restore_gives_the_same_next_step(tmp_path):
+    k = 3
+    a = _launch(tmp_path, "ckpt_a", k=k)
+    b = _launch(tmp_path, "ckpt_b", k=k)
+    assert np.array_equal(a[0]["params"], a[1]["params"])
+    for rank in range(WORLD):
+        assert np.array_equal(a[rank]["params"], b[rank]["params"]), f"rank {rank} differs"
+    assert b[0]["stats"]["steps"] == k + 1
+    assert b[0]["stats"]["bucket_resets"] == a[0]["stats"]["bucket_resets"]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"format": "fp9-nope"}, "format"),
+    ({"coder": "zstd"}, "coder"),
+    ({"gamma": 1.5}, "gamma"),
+    ({"gamma": -0.1}, "gamma"),
+    ({"gamma": float("nan")}, "gamma"),
+    ({"refit_every": 0}, "refit_every"),
+    ({"refit_every": 2.5}, "refit_every"),
+    ({"exchange": "carrier-pigeon"}, "exchange"),
+])
+def test_bad_parameters_raise_input_error(kwargs, match):
+    with pytest.raises(InputError, match=match) as info:
+        CO3State(None, **kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_state_dict_of_a_fresh_state_round_trips():
+    state = CO3State(None, format="fp4-co3", gamma=0.5)
+    clone = pickle.loads(pickle.dumps(state))
+    assert clone.gamma == 0.5 and clone.config == state.config and clone.process_group is None
+    with pytest.raises(InputError, match="format"):
+        CO3State(None, format="fp8-e5m2").load_state_dict(state.state_dict())
