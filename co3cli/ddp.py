@@ -10,19 +10,29 @@ Data flow, per gradient bucket, on every rank (``W`` ranks, this one is ``r``)::
 
     bucket.buffer() (device, any float dtype)
       --copy to host float32-->  g                          (the coder works on host memory)
-      v = g + gamma * e                                     (e: this rank's error memory, host)
-      packet = compress(v, sender_state[bucket])            (quantize + entropy-code -> bytes)
-      e = v - packet.v_hat                                  (memory update)
+      per parameter p of the bucket (its slice of g; the unit of compression, like co3's layers):
+        v_p = g_p + gamma * e_p                             (e_p: this rank's error memory, host)
+        packet_p = compress(v_p, sender_state[p])           (quantize + entropy-code -> bytes)
+        e_p = v_p - packet_p.v_hat                          (memory update)
+      payload = uvarint(len(packet_p.payload)) for each p  ||  the packets' payloads
       all_gather(len(payload))   as one int64 per rank      (on the bucket's device)
       all_gather(payload)        as uint8, padded to max    (on the bucket's device)
-      v_hat[s] = decompress(payload[s], receiver_state[bucket, s])   for every s != r
-      v_hat[r] = packet.v_hat                               (bit-identical to its decode)
+      v_hat[s]_p = decompress(payload[s]_p, receiver_state[p, s])   for every s != r
+      v_hat[r]   = the packets' v_hat                       (bit-identical to their decode)
       mean = (sum over s = 0..W-1, in rank order, in float64) / W  -> float32
       --copy back to the bucket's device and dtype--> completed Future
 
 Every rank decodes the same bytes with the same per-source receiver state and sums in the
 same order in the same dtype, so every replica gets a bit-identical average and the replicas
-stay identical (given identical initial weights, which DDP broadcasts).
+stay identical (given identical initial weights, which DDP broadcasts). A rank does not decode
+its own payload: ``Packet.v_hat`` is bit-identical to that decode (the compressor's contract),
+so it keeps receiver states only for the other W-1 ranks. A payload that fails to decode
+raises ``CorruptDataError`` on the receiving rank; the others then fail at the process group's
+timeout.
+
+Exchange. ``exchange="tensor"`` (default): two all-gathers, lengths then uint8 payloads padded
+to the longest; ``exchange="object"``: one ``all_gather_object`` of the bytes (pickled; under NCCL
+it needs the current CUDA device set). ``benchmarks/bench_ddp.py`` measures both.
 
 Where the data lives. The coder (quantizer, table fit, rANS/Huffman) runs on host memory, so
 the bucket is copied to the host once and the average is copied back once. The error memory
@@ -35,11 +45,16 @@ Synchronous hook. The exchange and decode happen inside the hook call and it ret
 already completed ``torch.futures.Future``; that is allowed by the hook contract, but the
 work does not overlap the rest of the backward pass as allreduce-based hooks do.
 
-Buckets. Per-bucket state (error memory, sender table, one receiver table per source rank) is
-keyed by ``bucket.index()``. DDP rebuilds its buckets after the first iteration; when a key
-shows up with a different number of entries, that bucket's memory and tables are reset (the
-next payload carries a fresh table) and ``stats()["bucket_resets"]`` counts it. All ranks see the
-same bucket layout, so they reset together.
+Keys. State (error memory, sender table, one receiver table per source rank) is kept per
+*parameter*, not per bucket: DDP re-buckets after its first iteration (torch 2.x puts every
+parameter in one bucket at first, then regroups them in gradient-ready order), and a restored
+job starts again from the first-iteration layout, so bucket indices are not stable keys.
+A parameter's key is the order in which the hook first sees it; DDP's first iteration always
+presents the parameters in the same order (one bucket, model order in torch 2.x), so key ``i``
+means the same parameter in every run of the same model and a checkpoint restores onto it.
+If a key shows up with a different number of entries, its memory and tables are reset (the
+next payload carries a fresh table) and ``stats()["resets"]`` counts it. Per-parameter tables
+also fit each layer's own distribution. All ranks see the same layout, so they agree.
 
 Checkpoints. ``state_dict()`` is a picklable dict (memories as CPU tensors, tables as bytes,
 counters, statistics); ``load_state_dict`` restores it; pickling a ``CO3State`` drops the process
@@ -54,6 +69,7 @@ Bytes on the wire per rank and step: the payloads plus 8 bytes (the int64 length
 import math
 import pickle
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +79,7 @@ import torch.distributed as dist
 
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.simulate.compressors import CO3, get_compressor
+from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
 
 EXCHANGES = ("tensor", "object")
 STATE_VERSION = 1
@@ -70,11 +87,11 @@ LENGTH_BYTES = 8  # the int64 payload length each rank all-gathers per bucket
 
 
 @dataclass
-class _BucketState:
-    """What one rank keeps for one bucket between steps."""
+class _ParamState:
+    """What one rank keeps for one parameter between steps."""
 
     numel: int
-    memory: np.ndarray  # float32, host: the error-feedback memory e
+    memory: np.ndarray  # float32, host: the error-feedback memory e of this parameter
     sender: dict = field(default_factory=dict)  # this rank's compressor state
     receivers: dict[int, dict] = field(default_factory=dict)  # source rank -> decoder state
 
@@ -94,7 +111,7 @@ class _StepTotals:
 
 
 class CO3State:
-    """Configuration and per-bucket state of :func:`co3_hook` on one rank.
+    """Configuration and per-parameter state of :func:`co3_hook` on one rank.
 
     ``format``/``coder``/``model``/``scale``/``refit_every`` configure the co3 compressor
     (``co3cli.simulate.compressors.CO3``); ``gamma`` in [0, 1] decays the error memory
@@ -121,19 +138,26 @@ class CO3State:
         self.gamma = float(gamma)
         self.exchange = exchange
         self._rng = np.random.default_rng(0)  # co3 is deterministic; the API wants a generator
-        self._buckets: dict[int, _BucketState] = {}
+        self._params: dict[int, _ParamState] = {}  # key -> state
+        self._keys: dict[int, tuple[int, weakref.ref]] = {}  # id(parameter) -> (key, ref)
         self._step = _StepTotals()
         self._stats: dict[str, Any] = _empty_stats()
 
-    # ----------------------------------------------------------------- per bucket
-    def _bucket(self, key: int, numel: int) -> _BucketState:
-        b = self._buckets.get(key)
-        if b is None or b.numel != numel:
-            if b is not None:
-                self._stats["bucket_resets"] += 1
-            b = _BucketState(numel, np.zeros(numel, np.float32))
-            self._buckets[key] = b
-        return b
+    # ----------------------------------------------------------------- per parameter
+    def _param(self, p: torch.Tensor) -> _ParamState:
+        """The state of parameter ``p`` (new or reset when its size changed)."""
+        entry = self._keys.get(id(p))
+        if entry is None or entry[1]() is not p:
+            entry = (len(self._keys), weakref.ref(p))
+            self._keys[id(p)] = entry
+        key, numel = entry[0], p.numel()
+        ps = self._params.get(key)
+        if ps is None or ps.numel != numel:
+            if ps is not None:
+                self._stats["resets"] += 1
+            ps = _ParamState(numel, np.zeros(numel, np.float32))
+            self._params[key] = ps
+        return ps
 
     # ----------------------------------------------------------------- statistics
     def _finish_step(self) -> None:
@@ -161,26 +185,27 @@ class CO3State:
         n = s["entries_total"]
         s["bits_per_entry_mean"] = 8.0 * s["bytes_total"] / n if n else 0.0
         s["entropy_bits_per_entry_mean"] = s["entropy_bits_total"] / n if n else 0.0
-        s["buckets"] = {k: b.numel for k, b in sorted(self._buckets.items())}
+        s["params"] = {k: ps.numel for k, ps in sorted(self._params.items())}
         return s
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """A picklable snapshot: config, per-bucket memories (CPU tensors) and tables (bytes)."""
-        buckets = {}
-        for key, b in sorted(self._buckets.items()):
-            sender = {k: b.sender[k] for k in ("scale_fit", "rms_fit", "calls") if k in b.sender}
-            if "table" in b.sender:
-                sender["table"] = b.sender["table"].to_bytes()
-            receivers = {src: rs["table"].to_bytes() for src, rs in sorted(b.receivers.items())
+        """A picklable snapshot: config, per-parameter memories (CPU tensors), tables (bytes)."""
+        params = {}
+        for key, ps in sorted(self._params.items()):
+            sender = {k: ps.sender[k] for k in ("scale_fit", "rms_fit", "calls") if k in ps.sender}
+            if "table" in ps.sender:
+                sender["table"] = ps.sender["table"].to_bytes()
+            receivers = {src: rs["table"].to_bytes() for src, rs in sorted(ps.receivers.items())
                          if "table" in rs}
-            buckets[key] = {"numel": b.numel, "memory": torch.from_numpy(b.memory.copy()),
-                            "sender": sender, "receivers": receivers}
+            params[key] = {"numel": ps.numel, "memory": torch.from_numpy(ps.memory.copy()),
+                           "sender": sender, "receivers": receivers}
         return {"version": STATE_VERSION, "config": dict(self.config), "gamma": self.gamma,
-                "exchange": self.exchange, "buckets": buckets, "stats": dict(self._stats)}
+                "exchange": self.exchange, "params": params, "stats": dict(self._stats)}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` (same format, coder and model; gamma is taken from it)."""
+        """Restore a :meth:`state_dict` (same format, coder and model; gamma is taken from it).
+        Parameters are matched by key on first use; a size mismatch resets that parameter."""
         if not isinstance(sd, dict) or sd.get("version") != STATE_VERSION:
             raise InputError(f"CO3State: not a version-{STATE_VERSION} CO3State state dict")
         for k in ("format", "coder", "model"):
@@ -189,19 +214,19 @@ class CO3State:
                                  f"this state has {self.config[k]!r}")
         comp = self.compressor
         nsym = comp.grid.nsym
-        buckets: dict[int, _BucketState] = {}
-        for key, bd in sd["buckets"].items():
-            memory = bd["memory"].detach().cpu().to(torch.float32).numpy().copy()
-            if memory.shape != (bd["numel"],):
-                raise CorruptDataError(f"CO3State: bucket {key} memory has shape "
-                                       f"{tuple(memory.shape)}, expected ({bd['numel']},)")
-            sender = {k: v for k, v in bd["sender"].items() if k != "table"}
-            if "table" in bd["sender"]:
-                sender["table"] = comp.coder.table_from_bytes(bd["sender"]["table"], nsym)
+        params: dict[int, _ParamState] = {}
+        for key, pd in sd["params"].items():
+            memory = pd["memory"].detach().cpu().to(torch.float32).numpy().copy()
+            if memory.shape != (pd["numel"],):
+                raise CorruptDataError(f"CO3State: parameter {key} memory has shape "
+                                       f"{tuple(memory.shape)}, expected ({pd['numel']},)")
+            sender = {k: v for k, v in pd["sender"].items() if k != "table"}
+            if "table" in pd["sender"]:
+                sender["table"] = comp.coder.table_from_bytes(pd["sender"]["table"], nsym)
             receivers = {int(src): {"table": comp.coder.table_from_bytes(tb, nsym)}
-                         for src, tb in bd["receivers"].items()}
-            buckets[int(key)] = _BucketState(int(bd["numel"]), memory, sender, receivers)
-        self._buckets = buckets
+                         for src, tb in pd["receivers"].items()}
+            params[int(key)] = _ParamState(int(pd["numel"]), memory, sender, receivers)
+        self._params = params
         self.gamma = float(sd["gamma"])
         self.exchange = sd.get("exchange", self.exchange)
         self._stats = {**_empty_stats(), **sd.get("stats", {})}
@@ -220,7 +245,7 @@ def _empty_stats() -> dict[str, Any]:
     s: dict[str, Any] = {"steps": 0, "bytes_last_step": 0, "padded_bytes_last_step": 0,
                          "bytes_total": 0, "padded_bytes_total": 0, "entries_per_step": 0,
                          "entries_total": 0, "entropy_bits_total": 0.0, "bits_per_entry_last": 0.0,
-                         "entropy_bits_per_entry_last": 0.0, "bucket_resets": 0}
+                         "entropy_bits_per_entry_last": 0.0, "resets": 0}
     for name in ("t_host", "t_compress", "t_exchange", "t_decode"):
         s[name + "_last"] = 0.0
         s[name + "_total"] = 0.0
@@ -251,33 +276,46 @@ def _exchange_object(payload: bytes, group: Any, world: int) -> tuple[list[bytes
 
 
 def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP communication hook: co3-compress this rank's bucket with error feedback, all-gather
-    the payloads, decode every rank's, and return their mean (synchronously: the future is
-    already completed). See the module docstring for the data flow."""
+    """DDP communication hook: co3-compress this rank's bucket (per parameter, with error
+    feedback), all-gather the payloads, decode every rank's, and return their mean. It works
+    synchronously: the returned future is already completed. See the module docstring."""
     group = state.process_group
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
+    comp = state.compressor
     buf = bucket.buffer()
     t0 = time.perf_counter()
+    params = bucket.parameters()
+    pstates = [state._param(p) for p in params]
+    bounds = np.cumsum([0] + [ps.numel for ps in pstates])
+    if bounds[-1] != buf.numel():
+        raise RuntimeError(f"co3_hook: bucket {bucket.index()} has {buf.numel()} entries, "
+                           f"its parameters {bounds[-1]}")
     g = buf.detach().to(device="cpu", dtype=torch.float32).numpy().reshape(-1)
-    b = state._bucket(bucket.index(), g.size)
-    v = g + np.float32(state.gamma) * b.memory if state.gamma else g.copy()
+    gamma = np.float32(state.gamma)
+    own = np.empty(g.size, np.float32)  # this rank's v_hat
     t1 = time.perf_counter()
-    packet = state.compressor.compress(v, b.sender, state._rng)
-    np.subtract(v, packet.v_hat, out=b.memory)
+    parts, entropy = [], 0.0
+    for ps, lo, hi in zip(pstates, bounds[:-1], bounds[1:]):
+        v = g[lo:hi] + gamma * ps.memory if state.gamma else g[lo:hi].copy()
+        packet = comp.compress(v, ps.sender, state._rng)
+        np.subtract(v, packet.v_hat, out=ps.memory)
+        own[lo:hi] = packet.v_hat
+        parts.append(packet.payload)
+        entropy += packet.entropy_bits or 0.0
+    payload = uvarints_to_bytes([len(b) for b in parts]) + b"".join(parts)
     t2 = time.perf_counter()
     if state.exchange == "tensor":
-        payloads, padded = _exchange_tensor(packet.payload, buf.device, group, world)
+        payloads, padded = _exchange_tensor(payload, buf.device, group, world)
     else:
-        payloads, padded = _exchange_object(packet.payload, group, world)
+        payloads, padded = _exchange_object(payload, group, world)
     t3 = time.perf_counter()
     total = np.zeros(g.size, np.float64)
     for src in range(world):  # rank order, float64: the same sum on every replica
         if src == rank:
-            total += packet.v_hat
+            total += own
         else:
-            rs = b.receivers.setdefault(src, {})
-            total += state.compressor.decompress(payloads[src], g.size, rs)
+            _decode_into(total, payloads[src], src, pstates, bounds, comp)
     total /= world
     t4 = time.perf_counter()
     mean = torch.from_numpy(total.astype(np.float32)).to(device=buf.device, dtype=buf.dtype)
@@ -286,10 +324,10 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
     t5 = time.perf_counter()
 
     st = state._step
-    st.payload_bytes += len(packet.payload) + LENGTH_BYTES
+    st.payload_bytes += len(payload) + LENGTH_BYTES
     st.padded_bytes += padded + LENGTH_BYTES
     st.entries += g.size
-    st.entropy_bits += packet.entropy_bits or 0.0
+    st.entropy_bits += entropy
     st.t_host += (t1 - t0) + (t5 - t4)
     st.t_compress += t2 - t1
     st.t_exchange += t3 - t2
@@ -297,3 +335,18 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
     if bucket.is_last():
         state._finish_step()
     return fut
+
+
+def _decode_into(total: np.ndarray, payload: bytes, src: int, pstates: list[_ParamState],
+                 bounds: np.ndarray, comp: CO3) -> None:
+    """Add rank ``src``'s decoded bucket payload to ``total`` (float64), parameter by parameter."""
+    count = len(pstates)
+    lengths, pos = uvarints_from_bytes(payload[:9 * count], count, "co3 ddp payload lengths")
+    ends = pos + np.cumsum(lengths.astype(np.int64))
+    if count and ends[-1] != len(payload):
+        raise CorruptDataError(f"co3 ddp: rank {src} sent {len(payload)} bytes, its lengths "
+                               f"say {int(ends[-1])}")
+    starts = np.concatenate([[pos], ends[:-1]])
+    for ps, a, b, lo, hi in zip(pstates, starts, ends, bounds[:-1], bounds[1:]):
+        rs = ps.receivers.setdefault(src, {})
+        total[lo:hi] += comp.decompress(payload[a:b], ps.numel, rs)

@@ -241,14 +241,15 @@ def launch(cfg, out: str | os.PathLike, nproc: int, *, overwrite: bool = False,
            timeout: float = DEFAULT_TIMEOUT, progress: bool = False,
            on_start: Callable[[list], None] | None = None):
     """Run ``cfg`` on ``nproc`` local processes (1 server + nproc-1 clients); an FLResult."""
-    from co3cli.simulate.fl import Diverged, FLResult, check_config, prepare_output
+    from co3cli.simulate.fl import STALE, Diverged, FLResult, check_config, prepare_output
 
     check_config(cfg)
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 2:
         raise InputError(f"--nproc {nproc!r} must be >= 2 (a server and at least one client)")
     out = prepare_output(out, overwrite)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.csv").unlink(missing_ok=True)
+    for stale in STALE:  # before any rank starts writing
+        (out / stale).unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="co3-fl-") as tmp:
         cfg_path = Path(tmp) / "config.json"
         _write_config(cfg, cfg_path)

@@ -426,6 +426,9 @@ def write_dump_row(writer, sim: Simulation, r: int, loss: float, lr: float) -> N
         sim.dump_rows = None
 
 
+STALE = ("metrics.csv", "summary.json", "model.pt", "transmitted.h5")  # a run's output files
+
+
 class RunLog:
     """The server's bookkeeping: config.json, metrics.csv (flushed per round), summary.json,
     model.pt, the dump of transmitted gradients (in-process engine), the progress bar."""
@@ -435,8 +438,8 @@ class RunLog:
         self.sim, self.out = sim, out
         self.t_start = time.perf_counter()
         out.mkdir(parents=True, exist_ok=True)
-        for stale in ("metrics.csv", "summary.json", "transmitted.h5", "model.pt"):
-            (out / stale).unlink(missing_ok=True)
+        for stale in STALE if engine == "in-process" else STALE[:-1]:
+            (out / stale).unlink(missing_ok=True)  # (transmitted.h5: a client rank writes it)
         doc = sim.config_doc()
         doc["engine"] = engine
         doc.update(extra_config or {})
