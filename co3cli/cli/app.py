@@ -8,6 +8,7 @@ missing arguments, values of the wrong type) are one line too, with Click's exit
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -534,6 +535,120 @@ def simulate_plot_cli(
 
     with output_path(output) as tmp:
         plot_runs(runs, tmp)
+
+
+uep_app = typer.Typer(help="UEP-coded matrix multiplication against stragglers: exact "
+                       "analysis, Monte Carlo, coded back-propagation.", no_args_is_help=True)
+simulate_app.add_typer(uep_app, name="uep")
+
+_UEP_SETTING = dict(
+    windows=typer.Option("0.40,0.35,0.25", "--windows", help="Window probabilities Gamma "
+                         "(sum 1), one per class (now-uep, ew-uep)."),
+    classes=typer.Option("3,3,3", "--classes", help="Blocks per class, most important first."),
+    workers=typer.Option(30, "--workers", help="Workers of mds, eep, now-uep, ew-uep (uncoded "
+                         "uses one per block, repetition r per block)."),
+    repetition=typer.Option(2, "--repetition", help="Copies per block for the repetition "
+                            "scheme."),
+    schemes=typer.Option(",".join(("now-uep", "ew-uep", "eep")), "--schemes", help="Comma-"
+                         "separated: uncoded, repetition, mds, eep, now-uep, ew-uep."),
+)
+
+
+def _uep_codes(windows, classes, workers, repetition, schemes):
+    from co3cli.simulate import uep_report as ur
+
+    return ur.build_codes([x.strip() for x in schemes.split(",") if x.strip()],
+                          windows=ur.parse_floats(windows, "--windows"),
+                          classes=ur.parse_ints(classes, "--classes"), workers=workers,
+                          r=repetition)
+
+
+@uep_app.command("analyze")
+def uep_analyze_cli(
+    windows: str = _UEP_SETTING["windows"], classes: str = _UEP_SETTING["classes"],
+    workers: int = _UEP_SETTING["workers"], repetition: int = _UEP_SETTING["repetition"],
+    schemes: str = _UEP_SETTING["schemes"],
+    error_vs_time: bool = typer.Option(False, "--error-vs-time", help="Also the expected "
+                                       "normalised error vs time (exact)."),
+    energies: Optional[str] = typer.Option(None, "--energies", help="Energy of one block of "
+                                           "each class (default 10,1,0.1,... decreasing)."),
+    rate: float = typer.Option(1.0, "--rate", help="Exponential latency rate lambda."),
+    shift: float = typer.Option(0.0, "--shift", help="Latency shift (shifted exponential)."),
+    t_max: Optional[float] = typer.Option(None, "--t-max", help="Last time of the error curve "
+                                          "(default shift + 4/rate)."),
+    points: int = typer.Option(41, "--points", help="Times on the error curve."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="PNG: decoding probability vs N "
+                                        "(and error vs time)."),
+    json_out: bool = JsonOpt,
+):
+    """Exact P(class decoded | N received) per scheme, N = 0..workers; error vs time.
+
+    Example: co3 simulate uep analyze --windows 0.40,0.35,0.25 --classes 3,3,3 --workers 30 --json
+
+    Example: co3 simulate uep analyze --error-vs-time --schemes uncoded,repetition,mds,eep,now-uep,ew-uep --plot uep.png
+    """
+    from co3cli.fileio import output_path
+    from co3cli.simulate import uep_report as ur
+
+    codes = _uep_codes(windows, classes, workers, repetition, schemes)
+    L = next(iter(codes.values())).n_classes
+    e = None
+    if error_vs_time or energies is not None:
+        e = ur.parse_floats(energies, "--energies") if energies else [10.0 ** (1 - c)
+                                                                       for c in range(L)]
+        if len(e) != L or any(not (math.isfinite(v) and v >= 0) for v in e):
+            raise InputError(f"--energies needs {L} values >= 0 (one per class), got {e}")
+    res = ur.analyze(codes, energies=e, rate=rate, shift=shift, t_max=t_max, points=points)
+    if plot is not None:
+        with output_path(plot) as tmp:
+            ur.plot_analysis(res, tmp)
+    if json_out:
+        _emit(json.dumps(res, indent=1))
+        return
+    for sid, sres in res["schemes"].items():
+        _emit(f"{sid} ({sres['workers']} workers): P(class decoded | N)")
+        N = sres["N"]
+        show = sorted(set([0] + list(range(0, N[-1] + 1, max(1, N[-1] // 10))) + [N[-1]]))
+        _emit("   N  " + "  ".join(f"class{c + 1:>2}" for c in range(L)))
+        for n in show:
+            _emit(f"{n:4d}  " + "  ".join(f"{p[n]:7.4f}" for p in sres["p_decode"]))
+    if "error_vs_time" in res:
+        cur = res["error_vs_time"]
+        _emit("expected normalised error vs time")
+        _emit("     t  " + "  ".join(f"{sid:>10}" for sid in res["schemes"]))
+        for i in range(0, len(cur["t"]), max(1, len(cur["t"]) // 8)):
+            _emit(f"{cur['t'][i]:6.2f}  " + "  ".join(f"{cur[sid][i]:10.4g}"
+                                                     for sid in res["schemes"]))
+
+
+@uep_app.command("mc")
+def uep_mc_cli(
+    windows: str = _UEP_SETTING["windows"], classes: str = _UEP_SETTING["classes"],
+    workers: int = _UEP_SETTING["workers"], repetition: int = _UEP_SETTING["repetition"],
+    schemes: str = _UEP_SETTING["schemes"],
+    n_received: str = typer.Option("6,9,12,18,24", "--n", help="Numbers of results received."),
+    trials: int = typer.Option(500, "--trials"),
+    seed: int = typer.Option(0, "--seed"),
+    json_out: bool = JsonOpt,
+):
+    """Monte Carlo with the real encoder/decoder next to the exact decoding probabilities.
+
+    Example: co3 simulate uep mc --windows 0.40,0.35,0.25 --classes 3,3,3 --workers 30 --trials 500
+    """
+    from co3cli.simulate import uep_report as ur
+
+    codes = _uep_codes(windows, classes, workers, repetition, schemes)
+    rows = ur.monte_carlo_check(codes, ur.parse_ints(n_received, "--n"), trials=trials,
+                                seed=seed)
+    if json_out:
+        _emit(json.dumps(rows, indent=1))
+        return
+    _emit(f"{'scheme':<11} {'N':>3} {'class':>5} {'exact':>8} {'MC':>8} {'z':>6}")
+    for r in rows:
+        _emit(f"{r['scheme']:<11} {r['N']:3d} {r['class'] + 1:5d} {r['exact']:8.4f} "
+              f"{r['monte_carlo']:8.4f} {r['z']:6.2f}")
+    worst = max((abs(r["z"]) for r in rows), default=0.0)
+    _emit(f"{len(rows)} points, {trials} trials each; largest |z| = {worst:.2f}")
 
 
 def _torch_one_thread():
