@@ -156,6 +156,12 @@ class CO3(Compressor):
 
             compute_scale(np.ones(4, np.float32), self.grid, p["scale"])
 
+    def _dequantize(self, sym: np.ndarray, scale: np.float32) -> np.ndarray:
+        """``grid.values[sym] / scale`` (the same float32 division, done once per symbol)."""
+        if not hasattr(self, "_values"):
+            self._values = self.grid.values
+        return np.take(self._values / scale, sym)
+
     def _refit(self, v: np.ndarray, state: dict, rms: float) -> bytes:
         from co3cli import codebook as cb
         from co3cli.quantize import compute_scale, quantize
@@ -165,21 +171,24 @@ class CO3(Compressor):
         weights, _ = cb.model_weights(v[None, :], np.array([scale], np.float32), counts,
                                       self.grid, self.params["model"])
         table = self.coder.table_from_weights(weights)
-        state.update(table=table, scale_fit=float(scale), rms_fit=rms, calls=0)
+        state.update(table=table, scale_fit=float(scale), rms_fit=rms, calls=0,
+                     uncodable=_table_ints(table) == 0)
         return table.to_bytes()
 
     def compress(self, v, state, rng):
-        from co3cli.quantize import dequantize, quantize
+        from co3cli.quantize import quantize
         from co3cli.varint import uvarints_to_bytes
 
         v = _f32(v)
-        rms = float(np.sqrt(np.mean(np.square(v, dtype=np.float64))))
+        rms = math.sqrt(float(np.dot(v, v)) / v.size)
         table_bytes = b""
         if "table" not in state or state["calls"] >= self.params["refit_every"]:
             table_bytes = self._refit(v, state, rms)
         scale = self._scale(state, rms)
         sym, counts = quantize(v, self.grid, scale, with_counts=True)
-        if not table_bytes and np.any((counts > 0) & (_table_ints(state["table"]) == 0)):
+        if not table_bytes and "uncodable" not in state:  # a state restored from a checkpoint
+            state["uncodable"] = _table_ints(state["table"]) == 0
+        if not table_bytes and np.any(counts[state["uncodable"]]):
             table_bytes = self._refit(v, state, rms)  # a symbol the old table cannot code
             scale = self._scale(state, rms)
             sym, counts = quantize(v, self.grid, scale, with_counts=True)
@@ -188,7 +197,7 @@ class CO3(Compressor):
         if table_bytes:
             head += uvarints_to_bytes([len(table_bytes)]) + table_bytes
         body = state["table"].encode(sym)
-        return Packet(head + body, dequantize(sym, self.grid, scale), entropy_bits(counts))
+        return Packet(head + body, self._dequantize(sym, scale), entropy_bits(counts))
 
     @staticmethod
     def _scale(state: dict, rms: float) -> np.float32:
@@ -199,7 +208,6 @@ class CO3(Compressor):
         return np.float32(state["scale_fit"])
 
     def decompress(self, payload, numel, state):
-        from co3cli.quantize import dequantize
         from co3cli.varint import uvarints_from_bytes
 
         if len(payload) < 5:
@@ -218,7 +226,7 @@ class CO3(Compressor):
         if "table" not in state:
             raise CorruptDataError("co3: payload needs a table that was never sent")
         sym = state["table"].decode(payload[pos:], numel)
-        return dequantize(sym, self.grid, np.float32(scale))
+        return self._dequantize(sym, np.float32(scale))
 
 
 def _table_ints(table) -> np.ndarray:
