@@ -32,11 +32,19 @@ def test_analyze_json_contract_matches_the_library(capsys):
 
 
 def test_analyze_error_vs_time_and_plot(tmp_path, capsys):
+    import importlib.util
+
     png = tmp_path / "a.png"
-    code, out, err = run_cli("simulate", "uep", "analyze", "--error-vs-time", "--schemes",
-                             "uncoded,repetition,mds,eep,now-uep,ew-uep", "--energies",
-                             "10,1,0.1", "--points", "9", "--plot", png, "--json",
-                             capsys=capsys)
+    args = ["simulate", "uep", "analyze", "--error-vs-time", "--schemes",
+            "uncoded,repetition,mds,eep,now-uep,ew-uep", "--energies", "10,1,0.1", "--points",
+            "9", "--json"]
+    has_mpl = importlib.util.find_spec("matplotlib") is not None  # optional: co3cli[plot]
+    code, out, err = run_cli(*args, "--plot", png, capsys=capsys)
+    if has_mpl:
+        assert code == 0 and png.read_bytes()[:4] == b"\x89PNG"
+    else:
+        assert code == 1 and "needs matplotlib" in err and not png.exists()
+        code, out, err = run_cli(*args, capsys=capsys)
     assert code == 0, err
     cur = json.loads(out)["error_vs_time"]
     assert len(cur["t"]) == 9 and cur["t"][0] == 0.0
@@ -44,10 +52,6 @@ def test_analyze_error_vs_time_and_plot(tmp_path, capsys):
         e = np.array(cur[sid])
         assert e[0] == pytest.approx(1.0) and np.all(np.diff(e) <= 1e-12) and e[-1] < 0.1
     assert cur["repetition"][4] < cur["uncoded"][4]  # copies help
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is not None:
-        assert png.read_bytes()[:4] == b"\x89PNG"
     code, out, err = run_cli("simulate", "uep", "analyze", "--error-vs-time", capsys=capsys)
     assert code == 0 and "expected normalised error vs time" in out
 
