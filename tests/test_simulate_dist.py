@@ -88,7 +88,8 @@ def test_divergence_on_a_client_rank_is_reported_with_the_round(tmp_path):
 
 
 def test_message_checksum_and_framing():
-    msg = ClientMsg(3, [b"abc", b"", b"\x00" * 10], 0.5, 0.01, 0.002, 12.5)
+    msg = ClientMsg(3, [b"abc", b"", b"\x00" * 10], 0.5, 0.01, 0.002, 12.5,
+                    straggler_time=2.5, recovered=0.75)
     data = encode_message(7, msg)
     back = decode_message(data, 7, 3, 2, 3)
     assert back == msg
@@ -121,3 +122,30 @@ def test_cli_torchrun_engine_and_errors(tmp_path, capsys):
     code, out, err = run_cli("simulate", "fl", "--engine", "torchrun", "--nproc", "1", "-o",
                              tmp_path / "x", capsys=capsys)
     assert code == 1 and "--nproc 1 must be >= 2" in err
+
+
+def test_stragglers_in_federated_training_same_in_both_engines(tmp_path):
+    # each client's backward products go through an ew-uep code with a deadline; the seeded
+    # straggler draws are per client, so the torchrun engine reproduces the in-process run
+    cfg = FLConfig(task="digits-mlp", clients=3, rounds=4, batch_size=16, eval_every=2,
+                   compressor="co3", compressor_params={"format": "fp4-co3"}, gamma=0.5,
+                   stragglers={"scheme": "ew-uep", "workers": 15, "deadline": 0.7})
+    a = run_fl(cfg, tmp_path / "a")
+    b = launch(cfg, tmp_path / "b", 3)
+    sa, sb = torch.load(tmp_path / "a" / "model.pt"), torch.load(tmp_path / "b" / "model.pt")
+    assert all(torch.equal(sa[k], sb[k]) for k in sa) and a.final_accuracy == b.final_accuracy
+    ra, rb = metric_rows(tmp_path / "a"), metric_rows(tmp_path / "b")
+    cols = ("train_loss", "straggler_time", "straggler_recovered", "uplink_bytes")
+    assert [[x[c] for c in cols] for x in ra] == [[x[c] for c in cols] for x in rb]
+    # 3 coded products per client step (fc1: grad_W only; fc2: both), each stopped at 0.7
+    assert all(float(x["straggler_time"]) == pytest.approx(3 * 0.7) for x in ra)
+    assert all(0 < float(x["straggler_recovered"]) < 1 for x in ra)
+    exact = run_fl(dataclasses_replace(cfg, stragglers=None), tmp_path / "e")
+    assert exact.final_accuracy is not None
+    assert metric_rows(tmp_path / "e")[0]["straggler_recovered"] == ""
+
+
+def dataclasses_replace(cfg, **kw):
+    import dataclasses
+
+    return dataclasses.replace(cfg, **kw)

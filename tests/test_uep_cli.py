@@ -78,3 +78,22 @@ def test_mc_agrees_with_the_exact_probabilities(capsys):
 def test_bad_input_is_one_line(args, needle, capsys):
     code, out, err = run_cli("simulate", "uep", "analyze", *args, capsys=capsys)
     assert code == 1 and needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_uep_train_cli_and_fl_straggler_options(tmp_path, capsys):
+    out = tmp_path / "ew.csv"
+    code, o, e = run_cli("simulate", "uep", "train", "--task", "digits-mlp", "--scheme", "ew-uep",
+                         "--workers", "15", "--deadline", "1.0", "--steps", "6",
+                         "--eval-every", "3", "--json", "-o", out, capsys=capsys)
+    assert code == 0, e
+    res = json.loads(o)
+    assert res["steps"] == 6 and res["total_straggler_time"] == pytest.approx(6 * 3 * 1.0)
+    assert out.read_text().startswith("step,train_loss,test_accuracy")
+    code, o, e = run_cli("simulate", "uep", "train", "--scheme", "mds", "-o", tmp_path / "m.csv",
+                         capsys=capsys)
+    assert code == 1 and "workers" in e and not (tmp_path / "m.csv").exists()
+    code, o, e = run_cli("simulate", "fl", "--deadline", "1", "-o", tmp_path / "f", capsys=capsys)
+    assert code == 1 and "need --stragglers SCHEME" in e
+    code, o, e = run_cli("simulate", "fl", "--stragglers", "ew-uep", "--windows", "0.5,0.6,0.1",
+                         "--straggler-workers", "15", "-o", tmp_path / "f", capsys=capsys)
+    assert code == 1 and "sum" in e

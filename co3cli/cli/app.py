@@ -429,6 +429,20 @@ def simulate_fl_cli(
     sweep: Optional[str] = typer.Option(None, "--sweep", help="name=v1,v2,... over a config "
                                         "field or compressor parameter (e.g. gamma=0,0.5,1)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run in --output."),
+    stragglers: Optional[str] = typer.Option(None, "--stragglers", help="Code each client's "
+                                             "backward products against stragglers: uncoded, "
+                                             "repetition, mds, eep, now-uep, ew-uep."),
+    windows: Optional[str] = typer.Option(None, "--windows", help="--stragglers: window "
+                                          "probabilities (default 0.45,0.35,0.20)."),
+    classes: Optional[str] = typer.Option(None, "--classes", help="--stragglers: blocks per "
+                                          "class (default 1,2,6)."),
+    straggler_workers: Optional[int] = typer.Option(None, "--straggler-workers",
+                                                    help="--stragglers: workers n."),
+    deadline: Optional[float] = typer.Option(None, "--deadline", help="--stragglers: stop "
+                                             "each product at this time (1/rate units)."),
+    wait_for: Optional[int] = typer.Option(None, "--wait-for", help="--stragglers: stop after "
+                                           "this many results."),
+    rate: float = typer.Option(1.0, "--rate", help="--stragglers: exponential latency rate."),
     engine: str = typer.Option("inprocess", "--engine", help="inprocess (default) or torchrun: "
                                "rank 0 the server, ranks 1..N-1 the clients, real bytes over "
                                "torch.distributed (gloo) between processes."),
@@ -450,6 +464,9 @@ def simulate_fl_cli(
     Example: co3 simulate fl -c qsgd -p levels=2 --partition dirichlet --alpha 0.3 -o q/
 
     Example: co3 simulate fl -c co3 --format fp8-e5m2 --engine torchrun --nproc 4 -o tr/
+
+    Example: co3 simulate fl -c co3 --format fp4-co3 --stragglers ew-uep --straggler-workers 15
+    --deadline 1.0 -o uep/
     """
     from co3cli.simulate.fl import FLConfig, parse_value, run_fl, run_sweep
 
@@ -474,13 +491,29 @@ def simulate_fl_cli(
         except ValueError:
             raise InputError(f"--dump-rounds {dump_rounds!r} must be integers like 0,50,100") \
                 from None
+    straggler_cfg = None
+    if stragglers is not None:
+        from co3cli.simulate import uep_report as ur
+
+        straggler_cfg = {"scheme": stragglers, "rate": rate}
+        if windows is not None:
+            straggler_cfg["windows"] = tuple(ur.parse_floats(windows, "--windows"))
+        if classes is not None:
+            straggler_cfg["class_sizes"] = tuple(ur.parse_ints(classes, "--classes"))
+        for key, value in (("workers", straggler_workers), ("deadline", deadline),
+                           ("wait_for", wait_for)):
+            if value is not None:
+                straggler_cfg[key] = value
+    elif any(v is not None for v in (windows, classes, straggler_workers, deadline, wait_for)):
+        raise InputError("--windows, --classes, --straggler-workers, --deadline and --wait-for "
+                         "need --stragglers SCHEME")
     cfg = FLConfig(task=task, clients=clients, rounds=rounds, algorithm=algorithm,
                    local_steps=local_steps, batch_size=batch_size, lr=lr, server_lr=server_lr,
                    momentum=momentum, lr_schedule=lr_schedule, partition=partition, alpha=alpha,
                    shards_per_client=shards_per_client, participation=participation,
                    compressor=compressor, compressor_params=params, gamma=gamma,
                    eval_every=eval_every, seed=seed, dump_rounds=rounds_list,
-                   dump_client=dump_client)
+                   dump_client=dump_client, stragglers=straggler_cfg)
     if engine not in ("inprocess", "torchrun"):
         raise InputError(f"--engine {engine!r} is not one of inprocess, torchrun")
     if engine == "torchrun" or print_torchrun:
@@ -649,6 +682,69 @@ def uep_mc_cli(
               f"{r['monte_carlo']:8.4f} {r['z']:6.2f}")
     worst = max((abs(r["z"]) for r in rows), default=0.0)
     _emit(f"{len(rows)} points, {trials} trials each; largest |z| = {worst:.2f}")
+
+
+@uep_app.command("train")
+def uep_train_cli(
+    output: Path = typer.Option(..., "--output", "-o", help="Per-step CSV (loss, accuracy, "
+                                "compute and simulated straggler time)."),
+    task: str = typer.Option("mnist5k-mlp", "--task", "-t", help="A built-in task; every "
+                             "nn.Linear's backward products are coded (CNNs: the dense layers)."),
+    scheme: str = typer.Option("ew-uep", "--scheme", help="uncoded, repetition, mds, eep, "
+                               "now-uep, ew-uep, or exact (plain autograd, no stragglers)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Workers n (mds, eep, UEP: "
+                                          "required; uncoded: K; repetition: r K)."),
+    windows: str = typer.Option("0.45,0.35,0.20", "--windows"),
+    classes: str = typer.Option("1,2,6", "--classes", help="Blocks per class (sum = 9 for the "
+                                "default 3x3 row-by-column blocks)."),
+    repetition: int = typer.Option(2, "--repetition"),
+    deadline: Optional[float] = typer.Option(None, "--deadline"),
+    wait_for: Optional[int] = typer.Option(None, "--wait-for"),
+    rate: float = typer.Option(1.0, "--rate"),
+    shift: float = typer.Option(0.0, "--shift"),
+    steps: int = typer.Option(300, "--steps"),
+    batch_size: int = typer.Option(64, "--batch-size"),
+    lr: float = typer.Option(0.1, "--lr"),
+    seed: int = typer.Option(0, "--seed"),
+    eval_every: int = typer.Option(25, "--eval-every"),
+    target: Optional[float] = typer.Option(None, "--target", help="Accuracy whose simulated "
+                                           "time-to-reach is reported (e.g. 0.85)."),
+    json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+):
+    """Train with coded back-propagation: each dense layer's two backward products go through
+    the coded distributed multiplication with stragglers; a simulated clock adds each product's
+    waiting time to the compute time.
+
+    Example: co3 simulate uep train --scheme ew-uep --workers 15 --deadline 1.0 --steps 300 -o ew.csv
+
+    Example: co3 simulate uep train --scheme mds --workers 15 --wait-for 9 --target 0.85 -o mds.csv
+    """
+    from co3cli.fileio import output_path
+    from co3cli.simulate import uep_report as ur
+    from co3cli.simulate.uep_train import StragglerConfig, train_coded
+
+    _torch_one_thread()
+    cfg = None
+    if scheme != "exact":
+        cfg = StragglerConfig(scheme=scheme, workers=workers,
+                              windows=tuple(ur.parse_floats(windows, "--windows")),
+                              class_sizes=tuple(ur.parse_ints(classes, "--classes")),
+                              r=repetition, rate=rate, shift=shift, deadline=deadline,
+                              wait_for=wait_for, seed=seed).check()
+    with output_path(output) as tmp:
+        res = train_coded(task, cfg, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                          eval_every=eval_every, out_csv=tmp, target_accuracy=target,
+                          progress=not quiet)
+    if json_out:
+        _emit(json.dumps(res, indent=1, default=lambda o: o.tolist() if hasattr(o, "tolist")
+                         else str(o)))
+    elif not quiet:
+        ttt = res.get("time_to_target")
+        _emit(f"{res.get('label', scheme)}: final accuracy {100 * res['final_accuracy']:.2f} %, "
+              f"simulated time {res['total_sim_time']:.1f}"
+              + (f", reached {100 * target:.0f} % at {ttt:.1f}" if target and ttt is not None
+                 else (f", never reached {100 * target:.0f} %" if target else ""))
+              + f" -> {output}")
 
 
 def _torch_one_thread():

@@ -52,6 +52,7 @@ METRICS = (
     "rejected_uploads", "uplink_bytes",
     "uplink_bits_per_entry", "cumulative_uplink_bytes", "entropy_bits_per_entry",
     "t_compute", "t_compress", "t_decompress", "t_server", "t_eval",
+    "straggler_time", "straggler_recovered",
 )
 
 
@@ -81,6 +82,9 @@ class FLConfig:
     seed: int = 0
     dump_rounds: tuple[int, ...] = ()
     dump_client: int = 0
+    # coded back-propagation on each client (co3cli.simulate.uep_train.StragglerConfig fields;
+    # None: exact backward). The straggler seed is derived from ``seed`` and the client.
+    stragglers: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -137,7 +141,26 @@ def check_config(cfg: FLConfig):
     _int("dump_client", cfg.dump_client, 0)
     if cfg.dump_client >= cfg.clients:
         raise InputError(f"dump_client={cfg.dump_client} must be < clients={cfg.clients}")
+    if cfg.stragglers is not None:
+        straggler_config(cfg, 0)
     return get_compressor(cfg.compressor, **cfg.compressor_params)
+
+
+def straggler_config(cfg: FLConfig, client: int):
+    """Client ``client``'s StragglerConfig (validated), its seed derived from the run's."""
+    from co3cli.simulate.uep_train import StragglerConfig
+
+    fields = {f.name for f in dataclasses.fields(StragglerConfig)}
+    given = dict(cfg.stragglers or {})
+    unknown = sorted(set(given) - fields - {"n_workers"})
+    if unknown:
+        raise InputError(f"stragglers: unknown field(s) {unknown}; allowed: {sorted(fields)}")
+    given.pop("n_workers", None)
+    for key in ("windows", "class_sizes", "blocks"):
+        if isinstance(given.get(key), list):
+            given[key] = tuple(given[key])
+    seed = int(np.random.SeedSequence([cfg.seed, 0x57A6, client]).generate_state(1)[0])
+    return StragglerConfig(**{**given, "seed": seed}).check()
 
 
 # -- data split ------------------------------------------------------------------------------------
@@ -270,6 +293,8 @@ class ClientMsg:
     t_compress: float
     entropy_bits: float | None
     diverged: bool = False
+    straggler_time: float = 0.0  # simulated time of its coded backward products (stragglers)
+    recovered: float = math.nan  # fraction of their blocks recovered
 
 
 class Simulation:
@@ -311,6 +336,11 @@ class Simulation:
             [None] * len(self.params) for _ in range(cfg.clients)]
         self.momentum_buf = [torch.zeros_like(p) for p in self.params]
         self.dump_rows: dict[str, np.ndarray] | None = None  # client dump_client's last upload
+        self.coded = None  # per client: the coded back-propagation (cfg.stragglers)
+        if cfg.stragglers is not None:
+            from co3cli.simulate.uep_train import CodedBackprop
+
+            self.coded = [CodedBackprop(straggler_config(cfg, c)) for c in range(cfg.clients)]
 
     def participants(self) -> np.ndarray:
         """This round's clients, sorted (the server's seeded draw; every process makes it)."""
@@ -322,8 +352,16 @@ class Simulation:
     def client_round(self, c: int, r: int, lr: float) -> ClientMsg:
         cfg = self.cfg
         t0 = time.perf_counter()
-        grads, loss = _client_update(cfg, self.model, self.params, self.loss_fn, self.train,
-                                     self.shards[c], self.batch_rng[c], lr)
+        straggler_time, recovered = 0.0, math.nan
+        if self.coded is not None:  # this client's backward products go through the code
+            with self.coded[c].attach(self.model):
+                grads, loss = _client_update(cfg, self.model, self.params, self.loss_fn,
+                                             self.train, self.shards[c], self.batch_rng[c], lr)
+            st = self.coded[c].step_stats()
+            straggler_time, recovered = st["straggler_s"], st["recovered_fraction"]
+        else:
+            grads, loss = _client_update(cfg, self.model, self.params, self.loss_fn,
+                                         self.train, self.shards[c], self.batch_rng[c], lr)
         t_compute = time.perf_counter() - t0
         if not math.isfinite(loss) or not all(np.isfinite(g).all() for g in grads):
             return ClientMsg(c, [], loss, t_compute, 0.0, None, diverged=True)
@@ -346,7 +384,8 @@ class Simulation:
                 rows.update({f"raw/{n}": g, f"corrected/{n}": v, f"decoded/{n}": pkt.v_hat})
         if rows:
             self.dump_rows = rows
-        return ClientMsg(c, payloads, loss, t_compute, t_compress, ent if ent_ok else None)
+        return ClientMsg(c, payloads, loss, t_compute, t_compress, ent if ent_ok else None,
+                         straggler_time=straggler_time, recovered=recovered)
 
     def server_round(self, r: int, lr: float, who, msgs: list[ClientMsg]) -> dict[str, Any]:
         """Decode, average and apply one round's uploads; the metrics row (no eval yet)."""
@@ -386,6 +425,10 @@ class Simulation:
             "t_compute": sum(m.t_compute for m in msgs),
             "t_compress": sum(m.t_compress for m in msgs), "t_decompress": t_decompress,
             "t_server": t_server, "t_eval": 0.0,
+            # clients work in parallel: the round waits for the slowest client's products
+            "straggler_time": max(m.straggler_time for m in msgs),
+            "straggler_recovered": (float(np.mean([m.recovered for m in msgs]))
+                                    if self.coded is not None else None),
         }
 
     def evaluate(self) -> tuple[float, float]:

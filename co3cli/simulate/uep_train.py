@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 import time
 import types
 from dataclasses import asdict, dataclass
@@ -471,9 +472,9 @@ def train_coded(task: str, straggler: StragglerConfig | None, *, steps: int, bat
                     evals.append(ev)
                     if hit is None and target_accuracy is not None and acc >= target_accuracy:
                         hit = ev
-                    if progress:
+                    if progress:  # progress goes to stderr: stdout stays for --json
                         print(f"step {step:5d}  loss {loss_v:.4f}  acc {acc:.4f}  sim {clock:.2f}s",
-                              flush=True)
+                              file=sys.stderr, flush=True)
                 if writer is not None:
                     writer.writerow([_fmt(v) for v in (step, loss_v, acc, compute, strag, clock, rec_frac,
                                                        cls, prods, overhead)])
