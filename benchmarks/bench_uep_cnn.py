@@ -3,7 +3,7 @@
     python benchmarks/bench_uep_cnn.py [--steps 400] [--seed 0]
 
 Same straggler setting as ``bench_uep.py`` (rxc 3x3 blocks, classes of 1, 2, 6 blocks,
-Gamma = (0.45, 0.35, 0.20), Exp(1) latencies): every ``nn.Linear`` of the CNN (fc1: 64 x 784,
+Gamma = (0.45, 0.35, 0.20), Exp(1) latencies): every ``nn.Linear`` of the CNN (fc1: 64 x 256,
 fc2: 10 x 64; the convolutions stay exact) has its backward products coded, and the conv
 layers receive the coded grad_input. One seed, batch 64, SGD lr 0.1. Writes
 ``benchmarks/results/uep_train_cnn.md``.
