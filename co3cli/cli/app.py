@@ -376,7 +376,8 @@ def capture_cli(
         _emit(f"captured {name} -> {output}: {s}", output == "-")
 
 
-simulate_app = typer.Typer(help="Simulate training through the codec: federated (fl).",
+simulate_app = typer.Typer(help="Simulate training through the codec: federated (fl, plot) "
+                           "and against stragglers (uep).",
                            no_args_is_help=True)
 app.add_typer(simulate_app, name="simulate")
 
@@ -711,9 +712,10 @@ def uep_train_cli(
                                            "time-to-reach is reported (e.g. 0.85)."),
     json_out: bool = JsonOpt, quiet: bool = QuietOpt,
 ):
-    """Train with coded back-propagation: each dense layer's two backward products go through
-    the coded distributed multiplication with stragglers; a simulated clock adds each product's
-    waiting time to the compute time.
+    """Train with coded back-propagation against stragglers, on a simulated clock.
+
+    Each dense layer's two backward products go through the coded distributed multiplication
+    with stragglers; the clock adds each product's waiting time to the compute time.
 
     Example: co3 simulate uep train --scheme ew-uep --workers 15 --deadline 1.0 --steps 300 -o ew.csv
 
