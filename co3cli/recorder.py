@@ -38,7 +38,9 @@ Options, each an explicit recorded choice (``config`` root attribute):
   (``steps`` = epoch numbers, ``reduction="epoch-mean"``).
 * ``background=True`` (default): ``step`` hands the step to a writer thread and returns; the
   writer's errors (NaN/Inf, I/O, a borrowed tensor modified in place) are raised by the next
-  ``step``, ``flush`` or ``close``. ``background=False`` writes inside ``step``.
+  ``step``, ``flush`` or ``close``. ``background=False`` writes inside ``step``. In-place
+  writes that bypass autograd's version counter (through ``.data`` or ``.numpy()`` views) after
+  ``step`` are not detected: use ``background=False`` in such loops.
 * ``resume=True``: append to an existing dump with the same layout (without it, an existing
   file at ``path`` is replaced).
 
@@ -247,6 +249,7 @@ class GradientRecorder:
     @property
     def steps_recorded(self) -> int:
         """Rows committed to the dump (including those of a resumed file); waits for the writer."""
+        self._writer_failure()
         if not self.closed:
             self.flush()
         return self._writer.nrows
@@ -364,10 +367,7 @@ class GradientRecorder:
         index is selected; returns whether it did. ``lr`` defaults to the optimizer's
         (first param group) when one was given. ``step`` overrides the running step index.
         """
-        if self._bg is not None and self.closed:  # the writer failed: raise its error
-            error = self._bg.wait()
-            if error is not None:
-                raise error
+        self._writer_failure()
         if self.closed:
             raise InputError(f"recorder for {self.path} is closed")
         if step is not None:
@@ -430,11 +430,21 @@ class GradientRecorder:
             )
         return True
 
+    def _writer_failure(self) -> None:
+        """If the writer failed and closed the dump: stop it and raise its error."""
+        if self._bg is not None and self._writer._closed:
+            error = self._bg.wait()
+            self._awaiting = None
+            self._bg.stop()
+            self._bg = None
+            if error is not None:
+                raise error
+
     def _hand_over(self, key: tuple[str, str], t: Any, borrowed: list) -> Any:
+        if t.device.type != "cpu":
+            return t.to("cpu")  # a copy; no reference to the device tensor is kept
         prev = self._prev.get(key)
         self._prev[key] = t
-        if t.device.type != "cpu":
-            return t.to("cpu")
         if prev is None or key in self._copy_keys:
             return t.clone()
         if prev.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
@@ -445,9 +455,14 @@ class GradientRecorder:
 
     def _submit(self, index: int, tensors: dict, loss: float | None, lr: float | None) -> None:
         commit_prev = self._settle()
-        self._writer.check_series(loss is not None, lr is not None)  # raise here, not later
-        borrowed: list = []
-        items = [(key, self._hand_over(key, t, borrowed)) for key, t in tensors.items()]
+        try:
+            self._writer.check_series(loss is not None, lr is not None)  # raise here, not later
+            borrowed: list = []
+            items = [(key, self._hand_over(key, t, borrowed)) for key, t in tensors.items()]
+        except BaseException:
+            if commit_prev:  # the previous step passed its check: keep it
+                self._writer.commit()
+            raise
         if borrowed:
             self._awaiting = (index, borrowed)
         self._bg.submit(self._write_job, commit_prev, index, items, loss, lr, not borrowed)
@@ -474,6 +489,7 @@ class GradientRecorder:
 
     def flush(self) -> None:
         """Wait until every step handed to ``step`` is committed to the dump (or raise its error)."""
+        self._writer_failure()
         if self.closed:
             raise InputError(f"recorder for {self.path} is closed")
         if self._bg is not None and self._settle():
@@ -563,6 +579,7 @@ class GradientRecorder:
         theirs (NaN/Inf, I/O, a tensor modified in place) is raised after the dump is closed
         with the steps committed before it.
         """
+        self._writer_failure()
         if self.closed:
             return
         error = None

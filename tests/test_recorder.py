@@ -560,3 +560,48 @@ def test_background_writer_errors_and_flush(tmp_path):
         GradientRecorder(model, tmp_path / "e.h5", background="yes")
     with pytest.raises(InputError, match="is closed"):
         rec.flush()
+
+
+def test_background_writer_io_error_reaches_flush_and_close(tmp_path, monkeypatch):
+    import errno
+
+    real = StepWriter._write_row
+    calls = []
+
+    def full(self, key, row, value):
+        calls.append(row)
+        if row >= 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, key, row, value)
+
+    monkeypatch.setattr(StepWriter, "_write_row", full)
+    model = mlp()
+    path = tmp_path / "d.h5"
+    rec = GradientRecorder(model, path)
+    _loop(model, rec, 3)  # step 2's rows fail on the writer thread
+    with pytest.raises(InputError, match="No space left on device"):
+        rec.flush()
+    rec.close()  # already reported; closing again is quiet
+    with Dump.open(path) as d:
+        assert d.steps.tolist() == [0, 1]
+    rec2 = GradientRecorder(model, tmp_path / "e.h5")
+    calls.clear()
+    with pytest.raises(InputError, match="No space left on device"):
+        with rec2:
+            _loop(model, rec2, 3)  # the error surfaces when the with-block closes
+
+
+def test_background_writer_keeps_the_checked_step_when_the_next_one_is_refused(tmp_path):
+    model = mlp()
+    path = tmp_path / "d.h5"
+    with GradientRecorder(model, path) as rec:
+        for i in range(4):
+            model.zero_grad()
+            model(torch.ones(2, 8) * i).sum().backward()
+            if i < 3:
+                rec.step(loss=float(i))
+            else:
+                with pytest.raises(InputError, match="give loss on every recorded step"):
+                    rec.step()
+    with Dump.open(path) as d:
+        assert d.steps.tolist() == [0, 1, 2]
