@@ -149,3 +149,12 @@ def dataclasses_replace(cfg, **kw):
     import dataclasses
 
     return dataclasses.replace(cfg, **kw)
+
+
+def test_divergence_in_round_zero_releases_the_clients(tmp_path):
+    cfg = FLConfig(task="digits-mlp", clients=2, rounds=3, algorithm="fedavg", local_steps=30,
+                   lr=1e10, eval_every=3)
+    with pytest.raises(Diverged, match=r"round 0: client \d diverged"):
+        launch(cfg, tmp_path / "d", 3, timeout=30)
+    with pytest.raises(Diverged, match=r"round 0: client \d diverged"):
+        run_fl(cfg, tmp_path / "i")

@@ -75,6 +75,7 @@ class Compressor:
     id: ClassVar[str] = ""
     PARAMS: ClassVar[dict[str, Any]] = {}
     stochastic: ClassVar[bool] = False  # uses the rng given to compress
+    receiver_state: ClassVar[bool] = False  # the decoder learns state from payloads (tables)
 
     def __init__(self, **params: Any):
         unknown = sorted(set(params) - set(self.PARAMS))
@@ -131,6 +132,7 @@ class CO3(Compressor):
     """Convert (a float grid), compress (an entropy coder with a model table), see module doc."""
 
     id = "co3"
+    receiver_state = True
     PARAMS = {"format": "fp8-e5m2", "scale": None, "coder": "ans", "model": "gennorm-zi",
               "refit_every": 10}
     CODERS = ("ans", "huffman")

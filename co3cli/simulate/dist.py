@@ -18,7 +18,8 @@ Message (client -> server), little-endian::
 sent as an int64 length then the bytes (``dist.send``). A message whose CRC, magic, round or
 client does not match is reported on stderr with its rank and round and left out of the
 average (counted in the ``rejected_uploads`` column); only uplink bytes that arrived intact are
-charged. The server's model reaches the clients by ``dist.broadcast`` of the flat float32
+charged. With a compressor whose decoder keeps state learnt from payloads (``co3``: its tables)
+the run then stops after that round, since the server's state no longer matches the client's. The server's model reaches the clients by ``dist.broadcast`` of the flat float32
 parameters, so all processes compute on the same bits: with the same config this engine and the
 in-process one give bit-identical models and identical byte counts (tested).
 
@@ -153,11 +154,12 @@ def serve(cfg, out: Path, world: int, progress: bool = False) -> None:
     comp = check_config(cfg)
     sim = Simulation(cfg, comp)
     log = RunLog(sim, out, progress, engine="torchrun", extra_config={"world_size": world})
-    stop = 1
+    released = True  # False while the clients wait for this round's status broadcast
     try:
         for r in range(cfg.rounds):
+            released = False
             lr, who = lr_at(cfg, r), sim.participants()
-            msgs, rejected = [], 0
+            msgs, rejected = [], []
             for c in (int(c) for c in who):
                 rank = client_rank(c, world)
                 data = _recv_bytes(rank)
@@ -165,20 +167,26 @@ def serve(cfg, out: Path, world: int, progress: bool = False) -> None:
                     msgs.append(decode_message(data, r, c, rank, len(sim.params)))
                 except CorruptDataError as exc:
                     print(f"co3: warning: {exc}; left out of the average", file=sys.stderr)
-                    rejected += 1
+                    rejected.append((c, rank))
             if not msgs:
                 raise InputError(f"round {r}: no upload arrived intact")
             row = sim.server_round(r, lr, who, msgs)
-            row["rejected_uploads"] = rejected
+            row["rejected_uploads"] = len(rejected)
             log.round(row)
+            if rejected and comp.receiver_state:
+                c, rank = rejected[0]
+                raise Diverged(f"round {r}: the upload of client {c} from rank {rank} failed its "
+                               f"checksum; {comp.id}'s decoder state for it no longer matches "
+                               "the client's, so the run stops here")
             stop = 1 if r == cfg.rounds - 1 else 0
             _broadcast_status(stop)
+            released = True
             if not stop:
                 dist.broadcast(_flat_params(sim), src=0)
     except Diverged as exc:
         log.stopped = str(exc)
     finally:
-        if not stop:  # an error before the broadcast: release the clients
+        if not released:  # stopping before this round's broadcast: release the clients
             try:
                 _broadcast_status(1)
             except Exception:  # noqa: BLE001 - the group may be broken already
