@@ -183,3 +183,28 @@ def test_cli_run_sweep_plot_and_errors(tmp_path, capsys):
     assert code == 1 and "already holds a run" in text
     code, text = cli("simulate", "plot", tmp_path / "nothing", "-o", tmp_path / "bad.png")
     assert code == 1 and "cannot read" in text and not (tmp_path / "bad.png").exists()
+
+
+def test_sweep_and_metrics_edge_cases(tmp_path, capsys):
+    from co3cli.simulate.fl import sweep_configs
+
+    base = FLConfig(**FAST)
+    with pytest.raises(InputError, match="--sweep cannot vary 'stragglers'"):
+        sweep_configs(base, "stragglers=mds")
+    pts = sweep_configs(base, "participation=2,3")
+    assert [c.participation for _, c in pts] == [2, 3]
+    with pytest.raises(InputError, match="--sweep clients: 'x' is not an integer"):
+        sweep_configs(base, "clients=x")
+    with pytest.raises(InputError, match="dump_rounds entry 6 is not a round"):
+        check_config(FLConfig(**{**FAST, "dump_rounds": (6,)}))
+    run = tmp_path / "r"
+    run_fl(FLConfig(**FAST), run)
+    text = (run / "metrics.csv").read_text()
+    (run / "metrics.csv").write_text(text + "6,0.1,2.3")  # a row cut short by a kill
+    assert len(read_metrics(run)["round"]) == 6
+    (run / "metrics.csv").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InputError, match="not a co3 simulate fl metrics file"):
+        read_metrics(run)
+    code, out, err = run_cli("simulate", "fl", "--engine", "torchrun", "--timeout", "-1", "-o",
+                             tmp_path / "t", capsys=capsys)
+    assert code == 1 and "--timeout -1.0 must be > 0" in err

@@ -523,6 +523,10 @@ def simulate_fl_cli(
 
         if sweep is not None:
             raise InputError("--sweep runs with the in-process engine only")
+        if nproc < 2:
+            raise InputError(f"--nproc {nproc} must be >= 2 (a server and at least one client)")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise InputError(f"--timeout {timeout} must be > 0 seconds")
         check_config(cfg)
         if print_torchrun:
             out_dir = Path(output)

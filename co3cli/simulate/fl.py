@@ -138,6 +138,8 @@ def check_config(cfg: FLConfig):
     _int("seed", cfg.seed, 0)
     for r in cfg.dump_rounds:
         _int("dump_rounds entry", r, 0)
+        if r >= cfg.rounds:
+            raise InputError(f"dump_rounds entry {r} is not a round (rounds 0..{cfg.rounds - 1})")
     _int("dump_client", cfg.dump_client, 0)
     if cfg.dump_client >= cfg.clients:
         raise InputError(f"dump_client={cfg.dump_client} must be < clients={cfg.clients}")
@@ -560,7 +562,9 @@ class RunLog:
             stopped=self.stopped, seconds=time.perf_counter() - self.t_start,
             t_codec_fraction=self.t_codec / self.t_compute if self.t_compute else float("nan"),
         )
-        (self.out / "summary.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        doc = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+               for k, v in result.to_dict().items()}  # standard JSON: no NaN
+        (self.out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
         if self.stopped != "finished":
             raise Diverged(self.stopped)
         return result
@@ -617,16 +621,21 @@ def sweep_configs(base: FLConfig, spec: str) -> list[tuple[str, FLConfig]]:
     if not vals:
         raise InputError(f"--sweep {spec!r} lists no values")
     fields = {f.name: f for f in dataclasses.fields(FLConfig)}
+    if key in ("compressor_params", "dump_rounds", "stragglers", "dump_client", "compressor"):
+        raise InputError(f"--sweep cannot vary {key!r}; sweep a scalar field (gamma, lr, "
+                         "clients, ...) or a compressor parameter (format, coder, levels, ...)")
+    ints = {"clients", "rounds", "local_steps", "batch_size", "shards_per_client",
+            "participation", "eval_every", "seed"}
+    floats = {"lr", "server_lr", "momentum", "alpha", "gamma", "test_fraction"}
     out = []
     for v in vals:
         label = f"{key}={v}"
-        if key in fields and key not in ("compressor_params", "dump_rounds"):
-            cur = getattr(base, key)
+        if key in fields:
             try:
-                conv = (float(v) if isinstance(cur, float) else int(v)
-                        if isinstance(cur, int) and not isinstance(cur, bool) else v)
+                conv = float(v) if key in floats else int(v) if key in ints else v
             except ValueError:
-                raise InputError(f"--sweep {key}: {v!r} is not a number") from None
+                kind = "a number" if key in floats else "an integer"
+                raise InputError(f"--sweep {key}: {v!r} is not {kind}") from None
             out.append((label, dataclasses.replace(base, **{key: conv})))
         else:
             params = dict(base.compressor_params)
@@ -671,15 +680,19 @@ def read_metrics(run: str | os.PathLike) -> dict[str, np.ndarray]:
     """metrics.csv of a run folder as float columns (empty cells: NaN)."""
     path = Path(run) / "metrics.csv"
     try:
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"{path} is not a co3 simulate fl metrics file ({exc})") from None
+    if rows and any(v is None for v in rows[-1].values()):
+        rows = rows[:-1]  # a row cut short by a killed run: the finished rounds stay readable
     if not rows or rows[0].keys() != set(METRICS):
         raise InputError(f"{path} is not a co3 simulate fl metrics file (or has no round)")
     try:
         return {k: np.array([float(r[k]) if r[k] != "" else np.nan for r in rows]) for k in METRICS}
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         raise InputError(f"{path}: bad value ({exc})") from None
 
 
