@@ -97,3 +97,16 @@ def test_uep_train_cli_and_fl_straggler_options(tmp_path, capsys):
     code, o, e = run_cli("simulate", "fl", "--stragglers", "ew-uep", "--windows", "0.5,0.6,0.1",
                          "--straggler-workers", "15", "-o", tmp_path / "f", capsys=capsys)
     assert code == 1 and "sum" in e
+
+
+def test_mc_points_out_of_range_and_huge_energies(capsys):
+    code, o, e = run_cli("simulate", "uep", "mc", "--n", "100", capsys=capsys)
+    assert code == 1 and "--n [100]" in e and "0..30" in e
+    code, o, e = run_cli("simulate", "uep", "mc", "--n", "-1", capsys=capsys)
+    assert code == 1 and "--n [-1]" in e
+    code, o, e = run_cli("simulate", "uep", "analyze", "--error-vs-time", "--energies",
+                         "1e308,1e308,1e308", "--json", capsys=capsys)
+    assert code == 0 and "NaN" not in o
+    code, o, e = run_cli("simulate", "uep", "analyze", "--error-vs-time", "--energies", "0,0,0",
+                         capsys=capsys)
+    assert code == 1 and "not all 0" in e

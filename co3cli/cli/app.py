@@ -724,6 +724,8 @@ def uep_train_cli(
     Example: co3 simulate uep train --scheme ew-uep --workers 15 --deadline 1.0 --steps 300 -o ew.csv
 
     Example: co3 simulate uep train --scheme mds --workers 15 --wait-for 9 --target 0.85 -o mds.csv
+
+    Writes the CSV and, next to it, CSV.json with the config, versions and summary.
     """
     from co3cli.fileio import output_path
     from co3cli.simulate import uep_report as ur
@@ -737,13 +739,29 @@ def uep_train_cli(
                               class_sizes=tuple(ur.parse_ints(classes, "--classes")),
                               r=repetition, rate=rate, shift=shift, deadline=deadline,
                               wait_for=wait_for, seed=seed).check()
-    with output_path(output) as tmp:
+    from co3cli.simulate.fl import _versions
+
+    def plain(o):
+        return o.tolist() if hasattr(o, "tolist") else str(o)
+
+    import contextlib
+
+    to_stdout = str(output) == "-"
+    side = None if to_stdout else output.with_name(output.name + ".json")
+    with output_path(output) as tmp, (contextlib.nullcontext() if to_stdout
+                                      else output_path(side)) as tmp_side:
         res = train_coded(task, cfg, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
                           eval_every=eval_every, out_csv=tmp, target_accuracy=target,
                           progress=not quiet)
+        # the CSV's provenance: config, versions, summary (the CSV itself has no header room)
+        doc = {"schema": "co3.simulate-uep-train/1", "task": task, "steps": steps,
+               "batch_size": batch_size, "lr": lr, "seed": seed, "eval_every": eval_every,
+               "straggler": None if cfg is None else cfg.to_dict(), "versions": _versions(),
+               "summary": res}
+        if tmp_side is not None:
+            tmp_side.write_text(json.dumps(doc, indent=1, default=plain) + "\n")
     if json_out:
-        _emit(json.dumps(res, indent=1, default=lambda o: o.tolist() if hasattr(o, "tolist")
-                         else str(o)))
+        _emit(json.dumps(res, indent=1, default=plain))
     elif not quiet:
         ttt = res.get("time_to_target")
         _emit(f"{res.get('label', scheme)}: final accuracy {100 * res['final_accuracy']:.2f} %, "

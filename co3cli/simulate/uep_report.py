@@ -75,8 +75,12 @@ def analyze(codes: dict[str, Any], *, energies: Sequence[float] | None = None,
         t = np.linspace(0.0, t_max, points)
         curves: dict[str, Any] = {"t": t.tolist(), "energies": list(energies),
                                   "rate": rate, "shift": shift}
+        e = np.asarray(energies, float)
+        if not np.all(np.isfinite(e)) or e.max() <= 0:
+            raise InputError(f"--energies {list(energies)} must be finite, >= 0, not all 0")
+        e = e / e.max()  # the error is a ratio of energies: scale-free, and no overflow
         for sid, code in codes.items():
-            curves[sid] = uep.error_vs_time(code, np.asarray(energies, float), t, lat).tolist()
+            curves[sid] = uep.error_vs_time(code, e, t, lat).tolist()
         out["error_vs_time"] = curves
     return out
 
@@ -86,9 +90,14 @@ def monte_carlo_check(codes: dict[str, Any], N: Sequence[int], *, trials: int,
     """Real encoder/decoder frequencies next to the exact probabilities, per scheme, N, class."""
     from co3cli.simulate import uep
 
+    top = max(code.n_workers for code in codes.values())
+    bad = [n for n in N if not 0 <= n <= top]
+    if bad:
+        raise InputError(f"--n {bad}: numbers of results received must be in 0..{top} "
+                         "(the most workers of these schemes)")
     rows = []
     for sid, code in codes.items():
-        pts = [n for n in N if 0 <= n <= code.n_workers]
+        pts = [n for n in N if 0 <= n <= code.n_workers]  # a scheme with fewer workers: skipped
         if not pts:
             continue
         mc = uep.monte_carlo(code, N=pts, trials=trials, rng=np.random.default_rng(seed))

@@ -292,10 +292,11 @@ class CodedBackprop:
         cfg = self.config
         rng = np.random.default_rng(int(self._seeds.integers(0, 2**63 - 1)))
         t0 = time.perf_counter()
-        C, info = coded_matmul(A, B, self.code, mode=cfg.mode, blocks=cfg.blocks,
-                               importance=cfg.importance, latency=self._latency,
-                               deadline=cfg.deadline, wait_for=cfg.wait_for, rng=rng,
-                               exact=self.exact_error)
+        with np.errstate(over="ignore", invalid="ignore"):  # a diverging run: the loss check says so
+            C, info = coded_matmul(A, B, self.code, mode=cfg.mode, blocks=cfg.blocks,
+                                   importance=cfg.importance, latency=self._latency,
+                                   deadline=cfg.deadline, wait_for=cfg.wait_for, rng=rng,
+                                   exact=self.exact_error)
         self._overhead += time.perf_counter() - t0
         self._finish.append(info["finish_time"])
         self._decoded.append(np.asarray(info["recovered"], dtype=np.float64))
@@ -449,6 +450,9 @@ def train_coded(task: str, straggler: StragglerConfig | None, *, steps: int, bat
                 opt.step()
                 wall = time.perf_counter() - t0
                 loss_v = float(loss.detach())
+                if not math.isfinite(loss_v):
+                    raise InputError(f"step {step}: the training loss is {loss_v} (lr {lr:g}); "
+                                     "training diverged: lower --lr")
                 if runner is not None:
                     st = runner.step_stats()
                     compute = max(wall - st["sim_overhead_s"], 0.0)
