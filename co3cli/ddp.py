@@ -61,6 +61,11 @@ counters, statistics); ``load_state_dict`` restores it; pickling a ``CO3State`` 
 group (``process_group`` is ``None`` after unpickling: the default group). Each rank has its own
 memory, so each rank saves and restores its own state.
 
+Non-finite gradients. If any rank's bucket holds NaN/Inf (an fp16 ``GradScaler`` overflow
+step, a diverging run), all ranks learn it from a one-integer all-reduce (done every bucket)
+and the bucket is averaged uncompressed, NaN/Inf included, so the scaler skips the step; the
+error memories and tables are left as they were; ``stats()["nonfinite_buckets"]`` counts it.
+
 Bytes on the wire per rank and step: the payloads plus 8 bytes (the int64 length) per bucket;
 ``stats()`` also reports the padded size actually moved by the padded all-gather.
 """
@@ -245,7 +250,8 @@ def _empty_stats() -> dict[str, Any]:
     s: dict[str, Any] = {"steps": 0, "bytes_last_step": 0, "padded_bytes_last_step": 0,
                          "bytes_total": 0, "padded_bytes_total": 0, "entries_per_step": 0,
                          "entries_total": 0, "entropy_bits_total": 0.0, "bits_per_entry_last": 0.0,
-                         "entropy_bits_per_entry_last": 0.0, "resets": 0}
+                         "entropy_bits_per_entry_last": 0.0, "resets": 0,
+                         "nonfinite_buckets": 0}
     for name in ("t_host", "t_compress", "t_exchange", "t_decode"):
         s[name + "_last"] = 0.0
         s[name + "_total"] = 0.0
@@ -292,6 +298,24 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
         raise RuntimeError(f"co3_hook: bucket {bucket.index()} has {buf.numel()} entries, "
                            f"its parameters {bounds[-1]}")
     g = buf.detach().to(device="cpu", dtype=torch.float32).numpy().reshape(-1)
+    # NaN/Inf anywhere (e.g. an fp16 GradScaler overflow step): every rank must take the same
+    # path, so the ranks agree with a one-integer all-reduce; then the bucket is averaged as is
+    # (the result keeps the NaN/Inf for the scaler to see) and no memory or table is touched
+    bad = torch.tensor([0 if np.isfinite(np.sum(g, dtype=np.float64)) else 1],
+                       dtype=torch.int32, device=buf.device)
+    dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=group)
+    if int(bad.item()):
+        raw = buf.detach().clone()
+        dist.all_reduce(raw, group=group)
+        state._stats["nonfinite_buckets"] += 1
+        state._step.payload_bytes += raw.numel() * raw.element_size()  # what went on the wire
+        state._step.padded_bytes += raw.numel() * raw.element_size()
+        state._step.entries += g.size
+        fut_raw: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        fut_raw.set_result(raw.div_(world))
+        if bucket.is_last():
+            state._finish_step()
+        return fut_raw
     gamma = np.float32(state.gamma)
     own = np.empty(g.size, np.float32)  # this rank's v_hat
     t1 = time.perf_counter()

@@ -156,8 +156,29 @@ def _scenario_ckpt_b(rank: int, world: int, out: Path, k: int) -> dict[str, Any]
     return {"params": _flat_params(model), "stats": state.stats()}
 
 
+def _scenario_nonfinite(rank: int, world: int, out: Path) -> dict[str, Any]:
+    """Step 1 has an Inf in rank 1's gradient only: both ranks must see it, average it raw
+    and leave memories/tables alone; the next step compresses again."""
+    model = _model()
+    ddp = _ddp(model)
+    state = CO3State(None, format="fp8-e5m2", coder="ans", gamma=0.9, refit_every=100)
+    ddp.register_comm_hook(state, co3_hook)
+    grads, memories = [], []
+    for step in range(3):
+        x, y = _batch(rank, step)
+        if step == 1 and rank == 1:
+            x = x.clone()
+            x[0, 0] = float("inf")
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy().copy())
+        memories.append({k: ps.memory.copy() for k, ps in state._params.items()})
+    return {"grads": grads, "memories": memories, "stats": state.stats()}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "train": _scenario_train, "ckpt_a": _scenario_ckpt_a, "ckpt_b": _scenario_ckpt_b,
+    "nonfinite": _scenario_nonfinite,
 }
 
 
@@ -263,3 +284,15 @@ def test_state_dict_of_a_fresh_state_round_trips():
     assert clone.gamma == 0.5 and clone.config == state.config and clone.process_group is None
     with pytest.raises(InputError, match="format"):
         CO3State(None, format="fp8-e5m2").load_state_dict(state.state_dict())
+
+
+def test_a_nonfinite_gradient_on_one_rank_is_averaged_raw_on_all(tmp_path):
+    r0, r1 = _launch(tmp_path, "nonfinite")
+    for step in range(3):
+        assert np.array_equal(r0["grads"][step], r1["grads"][step], equal_nan=True)
+    assert not np.isfinite(r0["grads"][1]).all()  # the scaler (or the user) sees the overflow
+    assert np.isfinite(r0["grads"][0]).all() and np.isfinite(r0["grads"][2]).all()
+    for r in (r0, r1):
+        assert r["stats"]["nonfinite_buckets"] >= 1
+        for k, m in r["memories"][1].items():  # untouched by the non-finite step
+            assert np.array_equal(m, r["memories"][0][k])
