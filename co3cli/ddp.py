@@ -82,6 +82,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from co3cli.codec import row_length
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.simulate.compressors import CO3, get_compressor
 from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
@@ -99,6 +100,7 @@ class _ParamState:
     memory: np.ndarray  # float32, host: the error-feedback memory e of this parameter
     sender: dict = field(default_factory=dict)  # this rank's compressor state
     receivers: dict[int, dict] = field(default_factory=dict)  # source rank -> decoder state
+    cols: int | None = None  # row length of the parameter's 2-D view (the ctx coder's contexts)
 
 
 @dataclass
@@ -162,6 +164,7 @@ class CO3State:
                 self._stats["resets"] += 1
             ps = _ParamState(numel, np.zeros(numel, np.float32))
             self._params[key] = ps
+        ps.cols = row_length(tuple(p.shape), numel)
         return ps
 
     # ----------------------------------------------------------------- statistics
@@ -322,6 +325,7 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
     parts, entropy = [], 0.0
     for ps, lo, hi in zip(pstates, bounds[:-1], bounds[1:]):
         v = g[lo:hi] + gamma * ps.memory if state.gamma else g[lo:hi].copy()
+        ps.sender["cols"] = ps.cols
         packet = comp.compress(v, ps.sender, state._rng)
         np.subtract(v, packet.v_hat, out=ps.memory)
         own[lo:hi] = packet.v_hat
@@ -373,4 +377,5 @@ def _decode_into(total: np.ndarray, payload: bytes, src: int, pstates: list[_Par
     starts = np.concatenate([[pos], ends[:-1]])
     for ps, a, b, lo, hi in zip(pstates, starts, ends, bounds[:-1], bounds[1:]):
         rs = ps.receivers.setdefault(src, {})
+        rs["cols"] = ps.cols
         total[lo:hi] += comp.decompress(payload[a:b], ps.numel, rs)

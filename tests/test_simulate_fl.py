@@ -24,11 +24,12 @@ def rows(run):
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("fmt,coder", [("fp4-co3", "ans"), ("fp8-e5m2", "huffman")])
+@pytest.mark.parametrize("fmt,coder", [("fp4-co3", "ans"), ("fp8-e5m2", "huffman"),
+                                       ("fp8-e5m2", "ctx")])
 def test_co3_payload_round_trip_and_refit(fmt, coder):
     comp = get_compressor("co3", format=fmt, coder=coder, refit_every=3)
     rng = np.random.default_rng(0)
-    send, recv = {}, {}
+    send, recv = {"cols": 100}, {"cols": 100}  # the engines give the 2-D view's row length
     sizes, pkts = [], []
     for i in range(7):
         v = (rng.laplace(size=5000) * 10.0 ** (-i % 3)).astype(np.float32)

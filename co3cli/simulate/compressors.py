@@ -22,6 +22,11 @@ table it needs was never sent) raises ``CorruptDataError``; bad parameters raise
     | [uvarint(len) + table bytes]           (when bit 0 is set: refit rounds)
     | coded symbols                         (the coder's self-delimiting payload)
 
+``coder``: ``ans`` (default), ``huffman`` or ``ctx`` (context-adaptive, several times smaller on
+gradient matrices and several times slower). Engines may put ``"cols"`` (the row length of the
+tensor's 2-D view, ``co3cli.codec.row_length``) in both states; ``ctx`` uses it for its 2-D
+contexts, the order-0 coders ignore it.
+
 The client refits the symbol model (``model``, gennorm-zi by default) and the scale rule every
 ``refit_every`` calls and sends the new table once; in between, the scale follows the
 gradient's magnitude (``scale = s_fit * rms_fit / rms``: every scale rule is scale-equivariant)
@@ -135,7 +140,7 @@ class CO3(Compressor):
     receiver_state = True
     PARAMS = {"format": "fp8-e5m2", "scale": None, "coder": "ans", "model": "gennorm-zi",
               "refit_every": 10}
-    CODERS = ("ans", "huffman")
+    CODERS = ("ans", "huffman", "ctx")
 
     def check(self) -> None:
         from co3cli.formats import get_grid
@@ -198,7 +203,7 @@ class CO3(Compressor):
         head = struct.pack("<Bf", 1 if table_bytes else 0, scale)
         if table_bytes:
             head += uvarints_to_bytes([len(table_bytes)]) + table_bytes
-        body = state["table"].encode(sym)
+        body = state["table"].encode(sym, cols=state.get("cols"))
         return Packet(head + body, self._dequantize(sym, scale), entropy_bits(counts))
 
     @staticmethod
@@ -227,7 +232,7 @@ class CO3(Compressor):
             pos += int(n)
         if "table" not in state:
             raise CorruptDataError("co3: payload needs a table that was never sent")
-        sym = state["table"].decode(payload[pos:], numel)
+        sym = state["table"].decode(payload[pos:], numel, cols=state.get("cols"))
         return self._dequantize(sym, np.float32(scale))
 
 

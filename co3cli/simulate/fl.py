@@ -332,8 +332,11 @@ class Simulation:
         self.batch_rng = [np.random.default_rng(s) for s in client_ss.spawn(cfg.clients)]
         self.comp_rng = [np.random.default_rng(s) for s in client_ss.spawn(cfg.clients)]
         self.server_rng = np.random.default_rng(server_ss)
-        self.send_state = [[{} for _ in self.params] for _ in range(cfg.clients)]
-        self.recv_state = [[{} for _ in self.params] for _ in range(cfg.clients)]
+        from co3cli.codec import row_length
+
+        cols = [row_length(tuple(p.shape), p.numel()) for p in self.params]  # 2-D view rows
+        self.send_state = [[{"cols": k} for k in cols] for _ in range(cfg.clients)]
+        self.recv_state = [[{"cols": k} for k in cols] for _ in range(cfg.clients)]
         self.memory: list[list[np.ndarray | None]] = [
             [None] * len(self.params) for _ in range(cfg.clients)]
         self.momentum_buf = [torch.zeros_like(p) for p in self.params]
