@@ -61,6 +61,7 @@ HOOKS: list[tuple[str, dict[str, Any]]] = [
     ("co3 fp4-co3 ans", {"format": "fp4-co3", "exchange": "tensor"}),
     ("co3 fp8-e5m2 huffman", {"format": "fp8-e5m2", "exchange": "tensor", "coder": "huffman"}),
     ("co3 fp4-co3 huffman", {"format": "fp4-co3", "exchange": "tensor", "coder": "huffman"}),
+    ("co3 fp8-e5m2 ctx", {"format": "fp8-e5m2", "exchange": "tensor", "coder": "ctx"}),
 ]
 
 
@@ -199,7 +200,7 @@ def write_results(rows: list[dict[str, Any]], out: Path, header: dict[str, Any])
         f"Model: MLP {'-'.join(map(str, LAYERS))} ({rows[0]['numel']:,} parameters) on mnist5k, "
         f"batch {BATCH} per rank, SGD lr {LR}, {header['warmup']} warm-up + {header['steps']} "
         "timed steps, one DDP bucket (bucket_cap_mb=25 given explicitly); step = forward + backward (with the hook) + optimizer step, rank 0, median. "
-        "co3: gamma 0.9, refit every 100 steps, ans coder. PowerSGD: rank r, start_powerSGD_iter 2, "
+        "co3: gamma 0.9, refit every 100 steps, coder as named (ans by default; huffman; ctx = context-adaptive). PowerSGD: rank r, start_powerSGD_iter 2, "
         "error feedback and warm start on (torch defaults).", "",
         "Bytes/step: what each rank contributes per step (allreduce 4 x numel, fp16 2 x numel, "
         "PowerSGD 4 x (P + Q elements of compressed gradients + numel of the rest), co3 measured "
