@@ -413,7 +413,8 @@ def simulate_fl_cli(
     format: Optional[str] = typer.Option(None, "--format", help="co3: grid (default fp8-e5m2)."),
     scale: Optional[str] = typer.Option(None, "--scale", help="co3: scale rule absmax, "
                                         "gennorm-mse, co3-poly."),
-    coder: Optional[str] = typer.Option(None, "--coder", help="co3: ans (default) or huffman."),
+    coder: Optional[str] = typer.Option(None, "--coder", help="co3: ans (default), huffman, "
+                                        "or ctx (context-adaptive: smaller, slower)."),
     model: Optional[str] = typer.Option(None, "--model", help="co3: symbol model (default "
                                         "gennorm-zi)."),
     refit_every: Optional[int] = typer.Option(None, "--refit-every", help="co3: refit the model "
