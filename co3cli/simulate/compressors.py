@@ -35,6 +35,7 @@ and the table is reused. A symbol the table cannot code forces a refit.
 
 from __future__ import annotations
 
+import abc
 import math
 import struct
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ def get_compressor(id: str, **params: Any) -> Compressor:
     return COMPRESSORS[id](**params)
 
 
-class Compressor:
+class Compressor(abc.ABC):
     """Base class: subclasses set ``id``, ``PARAMS`` (name -> default) and the two methods."""
 
     id: ClassVar[str] = ""
@@ -97,11 +98,13 @@ class Compressor:
     def config(self) -> dict[str, Any]:
         return {"id": self.id, **self.params}
 
+    @abc.abstractmethod
     def compress(self, v: np.ndarray, state: dict, rng: np.random.Generator) -> Packet:
-        raise NotImplementedError
+        """``v`` float32 1-D -> the payload and ``v_hat`` (see the module docstring)."""
 
+    @abc.abstractmethod
     def decompress(self, payload: bytes, numel: int, state: dict) -> np.ndarray:
-        raise NotImplementedError
+        """The payload -> ``v_hat`` (float32, ``numel`` entries), bit-identical to compress's."""
 
 
 def _f32(v: np.ndarray) -> np.ndarray:

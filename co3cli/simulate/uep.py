@@ -69,6 +69,7 @@ exact when the summands ``A_p B_p`` are uncorrelated (e.g. zero-mean entries).
 
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -216,7 +217,7 @@ def get_code(id: str, **params: Any) -> Code:
     return CODES[id](**params)
 
 
-class Code:
+class Code(abc.ABC):
     """Base class. Blocks are indexed in class order: class 0's k_0 blocks first, and so on.
 
     Subclasses set ``id``, ``PARAMS`` (name -> default; ``class_sizes`` is always required),
@@ -257,22 +258,23 @@ class Code:
     def config(self) -> dict[str, Any]:
         return {"id": self.id, **self.params, "workers": self.n_workers}
 
+    @abc.abstractmethod
     def check(self) -> None:
-        raise NotImplementedError
+        """Validate ``self.params`` (InputError naming the parameter) and set ``n_workers``."""
 
+    @abc.abstractmethod
     def generator(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """(G, window): G (n, K) coefficients of each worker's product, window (n,) int."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def decode(self, G: np.ndarray, window: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Received rows G (N, K), their windows (N,), products Y (N, d) -> (X (K, d)
         zero-filled where not recovered, recovered (K,) bool)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def analysis(self, N: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact (P(class decoded | N), E[fraction of class blocks recovered | N]), each
         (len(N), n_classes), for N results received (a uniformly random subset)."""
-        raise NotImplementedError
 
     def class_recovered(self, recovered_blocks: np.ndarray) -> np.ndarray:
         """Per class: are all its blocks recovered? (n_classes,) bool."""
@@ -423,9 +425,9 @@ class RandomLinearCode(Code):
         return gam
 
     @property
+    @abc.abstractmethod
     def window_mask(self) -> np.ndarray:
         """(n_windows, K) bool: blocks in each window."""
-        raise NotImplementedError
 
     def generator(self, rng):
         mask = self.window_mask
@@ -433,11 +435,11 @@ class RandomLinearCode(Code):
         G = rng.standard_normal((self.n_workers, self.K)) * mask[window]
         return G, window
 
+    @abc.abstractmethod
     def decodable(self, counts: Any) -> np.ndarray:
         """Generic-rank decodability of each class given received rows per window.
 
         counts (..., n_windows) ints -> (..., n_classes) bool."""
-        raise NotImplementedError
 
     def analysis(self, N):
         N = np.asarray(N, dtype=np.int64)
