@@ -488,11 +488,9 @@ def simulate_fl_cli(
         params[key.strip().replace("-", "_")] = parse_value(value.strip())
     rounds_list: tuple = ()
     if dump_rounds:
-        try:
-            rounds_list = tuple(int(x) for x in dump_rounds.split(",") if x.strip())
-        except ValueError:
-            raise InputError(f"--dump-rounds {dump_rounds!r} must be integers like 0,50,100") \
-                from None
+        from co3cli.simulate.uep_report import parse_ints
+
+        rounds_list = tuple(parse_ints(dump_rounds, "--dump-rounds"))
     straggler_cfg = None
     if stragglers is not None:
         from co3cli.simulate import uep_report as ur

@@ -144,21 +144,21 @@ def plot_analysis(result: dict[str, Any], path: Any) -> None:
     plt.close(fig)
 
 
-def parse_floats(text: str, name: str) -> list[float]:
+def parse_list(text: str, name: str, kind: type = float) -> list:
+    """``"0.4,0.35,0.25"`` -> [0.4, 0.35, 0.25] (``kind`` int or float); InputError otherwise."""
     try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
+        vals = [kind(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise InputError(f"{name} {text!r} must be comma-separated numbers") from None
+        what = "integers" if kind is int else "numbers"
+        raise InputError(f"{name} {text!r} must be comma-separated {what}") from None
     if not vals:
         raise InputError(f"{name} {text!r} lists no value")
     return vals
+
+
+def parse_floats(text: str, name: str) -> list[float]:
+    return parse_list(text, name, float)
 
 
 def parse_ints(text: str, name: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(f"{name} {text!r} must be comma-separated integers") from None
-    if not vals:
-        raise InputError(f"{name} {text!r} lists no value")
-    return vals
+    return parse_list(text, name, int)
