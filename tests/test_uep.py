@@ -311,3 +311,19 @@ def test_registry_and_config():
                    "windows": [0.4, 0.35, 0.25]}
     assert uep.get_code(**uep.get_code("repetition", class_sizes=KS, r=3).config()).n_workers == 27
     assert uep.even_class_sizes(10, 3) == (4, 3, 3)
+
+
+def test_latency_scaled_by_work():
+    from co3cli.simulate.uep import Latency
+
+    base = Latency(rate=2.0, shift=0.5)
+    w = base.scaled(9 / 4)
+    assert w.rate == pytest.approx(2.0 / 2.25) and w.shift == pytest.approx(0.5 * 2.25)
+    rng = np.random.default_rng(0)
+    x = w.sample(200000, rng)
+    assert x.mean() == pytest.approx(2.25 * (0.5 + 0.5), rel=0.01)  # w * mean(shift + Exp)
+    t = np.array([0.5, 1.5, 3.0])
+    assert np.allclose(w.cdf(t), base.cdf(t / 2.25))  # same law on a stretched clock
+    assert Latency.for_blocks(4, reference_K=9, rate=2.0, shift=0.5) == w
+    with pytest.raises(InputError, match="work must be a finite number > 0"):
+        base.scaled(0)

@@ -32,6 +32,12 @@ hold, the arrived set is a uniformly random subset of its size, and the exact an
 applies. The compute budget differs across schemes only through the number of workers ``n``
 (e.g. 9 uncoded, 18 repetition, 15 UEP workers for K = 9 blocks).
 
+Work normalisation. A block product is 1/K of the full product's multiply-adds in both
+partitions (rxc: (m/M) k (p/N); cxr: m (k/P) p), so schemes on the same K need no scaling.
+Comparing different block counts, a worker's time is scaled by its work: a task of ``w``
+reference tasks takes ``w`` times as long, ``w * (shift + Exp(rate)) = w shift + Exp(rate / w)``
+(``Latency.scaled(w)``; e.g. 2x2 blocks against a 3x3 reference: ``w = 9 / 4``).
+
 Codes (registry ``CODES``, ``get_code(id, **params)``; all take ``class_sizes``)::
 
     uncoded     n = K; worker b computes block b
@@ -180,6 +186,20 @@ class Latency:
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         return self.shift + rng.exponential(1.0 / self.rate, size=n)
+
+    def scaled(self, work: float) -> Latency:
+        """The latency of a task ``work`` times as large: ``work * (shift + Exp(rate))``."""
+        if not (isinstance(work, (int, float, np.floating, np.integer)) and math.isfinite(work)
+                and work > 0):
+            raise InputError(f"work must be a finite number > 0, got {work!r}")
+        return Latency(rate=self.rate / work, shift=self.shift * work)
+
+    @staticmethod
+    def for_blocks(K: int, reference_K: int, rate: float = 1.0, shift: float = 0.0) -> Latency:
+        """Per-worker latency with K blocks when ``Latency(rate, shift)`` holds for tasks of
+        1/reference_K of the product (a worker's work is reference_K / K such tasks)."""
+        return Latency(rate=rate, shift=shift).scaled(_pos_int(reference_K, "reference_K")
+                                                      / _pos_int(K, "K"))
 
 
 def _latency(latency: Latency | float | None) -> Latency:
