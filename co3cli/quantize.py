@@ -167,12 +167,47 @@ def quantize_torch(x, grid: Grid, scale) -> np.ndarray:
     return np.where(codes & 0x80, grid.K - mag, grid.K + mag).astype(np.uint16)
 
 
+_lookup = None
+
+
+def _get_lookup():
+    global _lookup
+    if _lookup is None:
+        from numba import njit
+
+        @njit(cache=True, nogil=True)
+        def lookup_kernel(table, sym, out):
+            """out[i] = table[sym[i]]; returns how many symbols were out of range (out = 0)."""
+            n = table.size
+            bad = 0
+            for i in range(sym.size):
+                s = sym[i]
+                if s < n:
+                    out[i] = table[s]
+                else:
+                    out[i] = 0.0
+                    bad += 1
+            return bad
+
+        _lookup = lookup_kernel
+    return _lookup
+
+
 def dequantize(sym, grid: Grid, scale) -> np.ndarray:
-    """float32 values ``values[sym] / scale``."""
+    """float32 values ``values[sym] / scale`` (the division done once per grid value: the same
+    float32 results; a numba table lookup, no index array)."""
     sym = np.asarray(sym)
-    if sym.size and int(sym.max()) >= grid.nsym:
-        raise InputError(f"symbol {int(sym.max())} out of range for {grid.id} ({grid.nsym} symbols)")
-    return grid.values[sym] / _check_scale(scale)
+    table = grid.values / _check_scale(scale)
+    if sym.dtype != np.uint16:
+        if sym.size and (int(sym.max()) >= grid.nsym or int(sym.min()) < 0):
+            raise InputError(f"symbol {int(sym.max())} out of range for {grid.id} "
+                             f"({grid.nsym} symbols)")
+        return table[sym]
+    flat = np.ascontiguousarray(sym).reshape(-1)
+    out = np.empty(flat.size, dtype=np.float32)
+    if _get_lookup()(table, flat, out):
+        raise InputError(f"symbol {int(flat.max())} out of range for {grid.id} ({grid.nsym} symbols)")
+    return out.reshape(sym.shape)
 
 
 def _to_f32_scale(s: float) -> np.float32:

@@ -166,12 +166,6 @@ class CO3(Compressor):
 
             compute_scale(np.ones(4, np.float32), self.grid, p["scale"])
 
-    def _dequantize(self, sym: np.ndarray, scale: np.float32) -> np.ndarray:
-        """``grid.values[sym] / scale`` (the same float32 division, done once per symbol)."""
-        if not hasattr(self, "_values"):
-            self._values = self.grid.values
-        return np.take(self._values / scale, sym)
-
     def _refit(self, v: np.ndarray, state: dict, rms: float) -> bytes:
         from co3cli import codebook as cb
         from co3cli.quantize import compute_scale, quantize
@@ -186,7 +180,7 @@ class CO3(Compressor):
         return table.to_bytes()
 
     def compress(self, v, state, rng):
-        from co3cli.quantize import quantize
+        from co3cli.quantize import dequantize, quantize
         from co3cli.varint import uvarints_to_bytes
 
         v = _f32(v)
@@ -207,7 +201,7 @@ class CO3(Compressor):
         if table_bytes:
             head += uvarints_to_bytes([len(table_bytes)]) + table_bytes
         body = state["table"].encode(sym, cols=state.get("cols"))
-        return Packet(head + body, self._dequantize(sym, scale), entropy_bits(counts))
+        return Packet(head + body, dequantize(sym, self.grid, scale), entropy_bits(counts))
 
     @staticmethod
     def _scale(state: dict, rms: float) -> np.float32:
@@ -218,6 +212,7 @@ class CO3(Compressor):
         return np.float32(state["scale_fit"])
 
     def decompress(self, payload, numel, state):
+        from co3cli.quantize import dequantize
         from co3cli.varint import uvarints_from_bytes
 
         if len(payload) < 5:
@@ -236,7 +231,7 @@ class CO3(Compressor):
         if "table" not in state:
             raise CorruptDataError("co3: payload needs a table that was never sent")
         sym = state["table"].decode(payload[pos:], numel, cols=state.get("cols"))
-        return self._dequantize(sym, np.float32(scale))
+        return dequantize(sym, self.grid, np.float32(scale))
 
 
 def _table_ints(table) -> np.ndarray:
