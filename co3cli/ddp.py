@@ -19,7 +19,7 @@ Data flow, per gradient bucket, on every rank (``W`` ranks, this one is ``r``)::
       all_gather(payload)        as uint8, padded to max    (on the bucket's device)
       v_hat[s]_p = decompress(payload[s]_p, receiver_state[p, s])   for every s != r
       v_hat[r]   = the packets' v_hat                       (bit-identical to their decode)
-      mean = (sum over s = 0..W-1, in rank order, in float64) / W  -> float32
+      mean = (sum over s = 0..W-1, in rank order, in float32) / W
       --copy back to the bucket's device and dtype--> completed Future
 
 Every rank decodes the same bytes with the same per-source receiver state and sums in the
@@ -304,8 +304,9 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
     # NaN/Inf anywhere (e.g. an fp16 GradScaler overflow step): every rank must take the same
     # path, so the ranks agree with a one-integer all-reduce; then the bucket is averaged as is
     # (the result keeps the NaN/Inf for the scaler to see) and no memory or table is touched
-    bad = torch.tensor([0 if np.isfinite(np.sum(g, dtype=np.float64)) else 1],
-                       dtype=torch.int32, device=buf.device)
+    # (a float32 sum: NaN/Inf propagate; a finite bucket whose sum overflows takes the safe,
+    # uncompressed path too)
+    bad = torch.tensor([0 if np.isfinite(g.sum()) else 1], dtype=torch.int32, device=buf.device)
     dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=group)
     if int(bad.item()):
         raw = buf.detach().clone()
@@ -324,10 +325,15 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
     t1 = time.perf_counter()
     parts, entropy = [], 0.0
     for ps, lo, hi in zip(pstates, bounds[:-1], bounds[1:]):
-        v = g[lo:hi] + gamma * ps.memory if state.gamma else g[lo:hi].copy()
+        if state.gamma:  # v = g + gamma e, built in the memory's own buffer (no temporaries)
+            v = ps.memory
+            v *= gamma
+            v += g[lo:hi]
+        else:
+            v = g[lo:hi]
         ps.sender["cols"] = ps.cols
         packet = comp.compress(v, ps.sender, state._rng)
-        np.subtract(v, packet.v_hat, out=ps.memory)
+        np.subtract(v, packet.v_hat, out=ps.memory)  # e = v - v_hat
         own[lo:hi] = packet.v_hat
         parts.append(packet.payload)
         entropy += packet.entropy_bits or 0.0
@@ -338,15 +344,15 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
     else:
         payloads, padded = _exchange_object(payload, group, world)
     t3 = time.perf_counter()
-    total = np.zeros(g.size, np.float64)
-    for src in range(world):  # rank order, float64: the same sum on every replica
+    total = np.zeros(g.size, np.float32)
+    for src in range(world):  # rank order, float32: the same sum on every replica
         if src == rank:
             total += own
         else:
             _decode_into(total, payloads[src], src, pstates, bounds, comp)
-    total /= world
+    total /= np.float32(world)
     t4 = time.perf_counter()
-    mean = torch.from_numpy(total.astype(np.float32)).to(device=buf.device, dtype=buf.dtype)
+    mean = torch.from_numpy(total).to(device=buf.device, dtype=buf.dtype)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(mean.view_as(buf))
     t5 = time.perf_counter()
@@ -367,7 +373,7 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
 
 def _decode_into(total: np.ndarray, payload: bytes, src: int, pstates: list[_ParamState],
                  bounds: np.ndarray, comp: CO3) -> None:
-    """Add rank ``src``'s decoded bucket payload to ``total`` (float64), parameter by parameter."""
+    """Add rank ``src``'s decoded bucket payload to ``total`` (float32), parameter by parameter."""
     count = len(pstates)
     lengths, pos = uvarints_from_bytes(payload[:9 * count], count, "co3 ddp payload lengths")
     ends = pos + np.cumsum(lengths.astype(np.int64))
