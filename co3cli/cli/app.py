@@ -738,7 +738,7 @@ def uep_train_cli(
                               class_sizes=tuple(ur.parse_ints(classes, "--classes")),
                               r=repetition, rate=rate, shift=shift, deadline=deadline,
                               wait_for=wait_for, seed=seed).check()
-    from co3cli.simulate.fl import _versions
+    from co3cli.simulate.fl import versions
 
     def plain(o):
         return o.tolist() if hasattr(o, "tolist") else str(o)
@@ -755,7 +755,7 @@ def uep_train_cli(
         # the CSV's provenance: config, versions, summary (the CSV itself has no header room)
         doc = {"schema": "co3.simulate-uep-train/1", "task": task, "steps": steps,
                "batch_size": batch_size, "lr": lr, "seed": seed, "eval_every": eval_every,
-               "straggler": None if cfg is None else cfg.to_dict(), "versions": _versions(),
+               "straggler": None if cfg is None else cfg.to_dict(), "versions": versions(),
                "summary": res}
         if tmp_side is not None:
             tmp_side.write_text(json.dumps(doc, indent=1, default=plain) + "\n")

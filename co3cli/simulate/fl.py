@@ -10,7 +10,12 @@
 
 Bits are counted from the payload bytes (``len(payload)``), never estimated. Everything random
 (the data split, the shards, the initial weights, the minibatches, client sampling, stochastic
-compressors) comes from ``seed``: the same config gives the same run.
+compressors, straggler draws) comes from ``seed``: the same config gives the same run.
+``Simulation`` holds that seeded world (``client_round`` / ``server_round``) and ``RunLog`` the
+server's bookkeeping; ``run_fl`` drives them in one process, ``co3cli.simulate.dist`` over
+``torch.distributed`` processes, with bit-identical results. ``stragglers`` (a
+``uep_train.StragglerConfig`` as a dict) codes each client's backward products against
+stragglers (``straggler_time``: the round waits for the slowest client).
 
 Outputs in the run folder (``run_fl(config, out)``):
 
@@ -20,6 +25,7 @@ Outputs in the run folder (``run_fl(config, out)``):
   diverged run keeps a valid file up to its last finished round). Columns: ``METRICS``.
 * ``summary.json``: final and best test accuracy, total uplink bytes, mean bits per entry,
   rounds done and why the run stopped; written at the end (also after divergence).
+* ``model.pt``: the server model's final ``state_dict``.
 * ``transmitted.h5`` (``dump_rounds``): a ``co3.gradients/1`` dump of client ``dump_client``'s
   uploads in those rounds, streams ``raw`` (g), ``corrected`` (v = g + gamma e) and ``decoded``
   (v_hat), step index = round; ``co3 fit`` / ``co3 report`` read it.
@@ -227,7 +233,7 @@ class FLResult:
         return dataclasses.asdict(self)
 
 
-def _versions() -> dict[str, str]:
+def versions() -> dict[str, str]:
     import torch
 
     return {"co3cli": __version__, "torch": torch.__version__, "numpy": np.__version__,
@@ -447,7 +453,7 @@ class Simulation:
             "compressor": self.comp.config(), "model_parameters": self.entries,
             "layers": dict(zip(self.names, self.numel)),
             "shard_sizes": [int(s.size) for s in self.shards], "n_train": len(self.labels),
-            "n_test": len(self.test.y), "versions": _versions(), "created": created_timestamp(),
+            "n_test": len(self.test.y), "versions": versions(), "created": created_timestamp(),
         }
 
 
