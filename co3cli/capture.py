@@ -473,7 +473,7 @@ def _train(model, batches, loss_fn, opt, rec, *, steps, epochs, every, on_nonfin
             _check_space(rec.path, row_bytes)
             rec.end_epoch(epoch=epoch)
         epoch += 1
-    with _nonfinite_hint(float(opt.param_groups[0].get("lr", float("nan")))):
+    with _nonfinite_hint(_lr_of(opt)):
         rec.flush()  # the background writer's last steps: committed, or their error raised
     if not bar.disable:
         _postfix(bar, loss_value, rec)
@@ -487,7 +487,7 @@ def _record(rec, model, step: int, loss_value: float, opt, on_nonfinite: str,
     Returns 1 when ``on_nonfinite`` is ``"record"`` and the step recorded NaN/Inf (the
     recorder counts only the steps it skips), else 0.
     """
-    lr = float(opt.param_groups[0].get("lr", float("nan")))
+    lr = _lr_of(opt)
     if not rec.average:
         _check_space(rec.path, row_bytes)
     with _nonfinite_hint(lr):
@@ -506,6 +506,11 @@ def _record(rec, model, step: int, loss_value: float, opt, on_nonfinite: str,
         if any(not bool(torch.isfinite(params[n].grad).all()) for n in rec.layers):
             return 1
     return 0
+
+
+def _lr_of(opt) -> float:
+    """The optimizer's learning rate (first param group; NaN if it has none)."""
+    return float(opt.param_groups[0].get("lr", float("nan")))
 
 
 @contextlib.contextmanager
@@ -610,7 +615,7 @@ def _run(out, attrs, model, opt, loss_fn, batches, *, layers, steps, epochs, eve
             extra = after(model)
         rec.set_attrs(steps_trained=n_steps, epochs_trained=n_epochs, nonfinite_steps=nonfinite,
                       final_loss=loss_value, **extra)
-        with _nonfinite_hint(float(opt.param_groups[0].get("lr", float("nan")))):
+        with _nonfinite_hint(_lr_of(opt)):
             rec.close()
         if compression == "gzip":
             _gzip_in_place(path)
@@ -988,7 +993,7 @@ def capture_entry(
                 raise InputError(f"{desc}: the job brings its own optimizer, so "
                                  f"{', '.join(given)} cannot be given")
             opt_id = type(opt).__name__.lower()
-            lr_used = float(opt.param_groups[0].get("lr", float("nan")))
+            lr_used = _lr_of(opt)
             mom_used = float(opt.param_groups[0].get("momentum", 0.0) or 0.0)
         else:
             opt_id, lr_used, mom_used = _check_optimizer(

@@ -586,7 +586,7 @@ _UEP_SETTING = dict(
                          "uses one per block, repetition r per block)."),
     repetition=typer.Option(2, "--repetition", help="Copies per block for the repetition "
                             "scheme."),
-    schemes=typer.Option(",".join(("now-uep", "ew-uep", "eep")), "--schemes", help="Comma-"
+    schemes=typer.Option("now-uep,ew-uep,eep", "--schemes", help="Comma-"
                          "separated: uncoded, repetition, mds, eep, now-uep, ew-uep."),
 )
 

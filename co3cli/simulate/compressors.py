@@ -175,8 +175,8 @@ class CO3(Compressor):
         weights, _ = cb.model_weights(v[None, :], np.array([scale], np.float32), counts,
                                       self.grid, self.params["model"])
         table = self.coder.table_from_weights(weights)
-        state.update(table=table, scale_fit=float(scale), rms_fit=rms, calls=0,
-                     uncodable=_table_ints(table) == 0)
+        state.update(table=table, scale_fit=float(scale), rms_fit=rms, calls=0)
+        state.pop("uncodable", None)  # derived from the table on first use
         return table.to_bytes()
 
     def compress(self, v, state, rng):
@@ -190,9 +190,7 @@ class CO3(Compressor):
             table_bytes = self._refit(v, state, rms)
         scale = self._scale(state, rms)
         sym, counts = quantize(v, self.grid, scale, with_counts=True)
-        if not table_bytes and "uncodable" not in state:  # a state restored from a checkpoint
-            state["uncodable"] = _table_ints(state["table"]) == 0
-        if not table_bytes and np.any(counts[state["uncodable"]]):
+        if not table_bytes and np.any(counts[self._uncodable(state)]):
             table_bytes = self._refit(v, state, rms)  # a symbol the old table cannot code
             scale = self._scale(state, rms)
             sym, counts = quantize(v, self.grid, scale, with_counts=True)
@@ -202,6 +200,15 @@ class CO3(Compressor):
             head += uvarints_to_bytes([len(table_bytes)]) + table_bytes
         body = state["table"].encode(sym, cols=state.get("cols"))
         return Packet(head + body, dequantize(sym, self.grid, scale), entropy_bits(counts))
+
+    @staticmethod
+    def _uncodable(state: dict) -> np.ndarray:
+        """Symbols the state's table cannot code (bool per symbol), cached in the state."""
+        if "uncodable" not in state:
+            from co3cli.codebook import table_ints
+
+            state["uncodable"] = table_ints(state["table"]) == 0
+        return state["uncodable"]
 
     @staticmethod
     def _scale(state: dict, rms: float) -> np.float32:
@@ -232,9 +239,3 @@ class CO3(Compressor):
             raise CorruptDataError("co3: payload needs a table that was never sent")
         sym = state["table"].decode(payload[pos:], numel, cols=state.get("cols"))
         return dequantize(sym, self.grid, np.float32(scale))
-
-
-def _table_ints(table) -> np.ndarray:
-    from co3cli.codebook import table_ints
-
-    return table_ints(table)

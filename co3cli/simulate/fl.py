@@ -492,8 +492,9 @@ class RunLog:
         self.sim, self.out = sim, out
         self.t_start = time.perf_counter()
         out.mkdir(parents=True, exist_ok=True)
-        for stale in STALE if engine == "in-process" else STALE[:-1]:
-            (out / stale).unlink(missing_ok=True)  # (transmitted.h5: a client rank writes it)
+        for stale in STALE:  # torchrun: launch() cleared them; a client rank writes the dump
+            if engine == "in-process" or stale != "transmitted.h5":
+                (out / stale).unlink(missing_ok=True)
         doc = sim.config_doc()
         doc["engine"] = engine
         doc.update(extra_config or {})

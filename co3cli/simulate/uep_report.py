@@ -23,7 +23,6 @@ import numpy as np
 from co3cli.errors import InputError
 
 SCHEMES = ("uncoded", "repetition", "mds", "eep", "now-uep", "ew-uep")
-DEFAULT_SCHEMES = ("now-uep", "ew-uep", "eep")
 
 
 def build_codes(schemes: Sequence[str], *, windows: Sequence[float], classes: Sequence[int],
