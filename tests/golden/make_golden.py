@@ -1,0 +1,77 @@
+"""Rebuild the golden fixtures in this folder (run only when the format changes on purpose).
+
+    SOURCE_DATE_EPOCH=1767225600 python tests/golden/make_golden.py
+
+``source.h5`` is a small seeded dump (five layers, three steps: a matrix, a bias, a conv kernel,
+an all-zero layer and a single entry); each ``CASES`` entry is compressed with ``co3 compress``
+and decoded with ``co3 decompress``; ``book.json`` is a codebook built from the source.
+``tests/test_golden.py`` checks that this version still decodes every ``.co3`` here bit for bit
+and compresses ``source.h5`` to the same bytes. A change of format must bump the minor version
+and keep those tests passing (old files still decode).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+EPOCH = "1767225600"  # 2026-01-01T00:00:00Z, the files' "created"
+
+# name -> co3 compress options (the codebook case is added last)
+CASES = {
+    "fp8-ans": ["--format", "fp8-e5m2", "--coder", "ans"],
+    "fp8-huffman": ["--format", "fp8-e5m2", "--coder", "huffman"],
+    "fp8-ctx": ["--format", "fp8-e5m2", "--coder", "ctx"],
+    "fp4-ans": ["--format", "fp4-co3", "--coder", "ans"],
+    "fp4-huffman": ["--format", "fp4-co3", "--coder", "huffman", "--max-len", "12"],
+    "fp4-ctx": ["--format", "fp4-co3", "--coder", "ctx"],
+    "e4m3-empirical-mse": ["--format", "fp8-e4m3", "--coder", "ans", "--model", "empirical",
+                           "--scale", "gennorm-mse"],
+    "fp8-codebook": ["--codebook", str(HERE / "book.json")],
+}
+BOOK = ["--format", "fp8-e5m2", "--coder", "huffman", "--model", "gennorm-zi"]
+
+
+def source_layers(rng: np.random.Generator, steps: int = 3) -> dict:
+    """Gradient-like float32 layers: GenNorm-ish with exact zeros, plus edge cases."""
+    from scipy import stats
+
+    def gn(n, beta, scale, p0):
+        x = stats.gennorm.rvs(beta, scale=scale, size=(steps, n), random_state=rng)
+        x[rng.random((steps, n)) < p0] = 0.0
+        return x.astype(np.float32)
+
+    return {
+        "fc1.weight": (gn(1200, 0.8, 1e-3, 0.2), (30, 40)),
+        "fc1.bias": (gn(30, 1.5, 1e-2, 0.0), (30,)),
+        "conv.weight": (gn(108, 1.2, 3e-2, 0.05), (4, 3, 3, 3)),
+        "dead.weight": (np.zeros((steps, 20), np.float32), (4, 5)),
+        "out.bias": (gn(1, 1.0, 1.0, 0.0), (1,)),
+    }
+
+
+def co3(*args: str) -> None:
+    env = {**os.environ, "SOURCE_DATE_EPOCH": EPOCH}
+    subprocess.run([sys.executable, "-m", "co3cli", *args], check=True, env=env)
+
+
+def main() -> None:
+    from co3cli.dump import write_dump
+
+    src = HERE / "source.h5"
+    write_dump(src, source_layers(np.random.default_rng(20260101)),
+               steps=np.array([0, 5, 10]), loss=np.float32([2.25, 1.5, 1.125]),
+               attrs={"task": "golden", "seed": 20260101})
+    co3("codebook", "build", str(src), "-o", str(HERE / "book.json"), *BOOK, "-q")
+    for name, opts in CASES.items():
+        co3("compress", str(src), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+        co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Golden files: what an earlier version wrote must decode bit for bit, and the same input must
+still compress to the same bytes (``SOURCE_DATE_EPOCH`` fixes the one timestamp).
+
+The fixtures in ``tests/golden/`` were made by co3cli 0.1.0 with ``tests/golden/make_golden.py``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from golden.make_golden import BOOK, CASES, EPOCH, HERE
+
+VOLATILE = ("co3cli_version", "created")  # what a newer version may write differently
+
+
+def _blocks(path):
+    from co3cli.container import open_co3
+
+    with open(path, "rb") as f:
+        co3 = open_co3(f, str(path))
+        header = {k: v for k, v in co3.header.items() if k not in VOLATILE}
+        blocks = [(b.name, b.meta, bytes(b.table), np.asarray(b.scales).tobytes(),
+                   [bytes(x) for x in b.bodies]) for b in co3.layers()]
+    return header, blocks
+
+
+def _same_dump(a, b):
+    from co3cli.dump import Dump
+
+    with Dump.open(a) as x, Dump.open(b) as y:
+        assert x.layers == y.layers
+        assert np.array_equal(x.steps, y.steps)
+        assert np.array_equal(x.loss, y.loss)
+        for name in x.layers:
+            assert x.shape(name) == y.shape(name)
+            # bit for bit (views as integers: -0.0 and NaN payloads count)
+            assert np.array_equal(x.read_layer(name).view(np.uint32),
+                                  y.read_layer(name).view(np.uint32)), name
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_decodes_bit_exactly(case, tmp_path):
+    from co3cli.codec import decompress
+
+    out = tmp_path / "out.h5"
+    decompress(HERE / f"{case}.co3", out)
+    _same_dump(out, HERE / f"{case}.h5")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_compresses_to_the_same_bytes(case, tmp_path, monkeypatch, capsys):
+    from co3cli import __version__
+    from conftest import run_cli
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
+    out = tmp_path / "out.co3"
+    code, _, err = run_cli("compress", HERE / "source.h5", "-o", out, *CASES[case], "-q",
+                           capsys=capsys)
+    assert code == 0, err
+    golden = HERE / f"{case}.co3"
+    assert _blocks(out) == _blocks(golden)  # every table, scale and coded body
+    if __version__ == json.loads(_header_json(golden))["co3cli_version"]:
+        assert out.read_bytes() == golden.read_bytes()
+
+
+def test_golden_codebook_rebuilds_identically(tmp_path, monkeypatch, capsys):
+    from co3cli import __version__
+    from conftest import run_cli
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
+    out = tmp_path / "book.json"
+    code, _, err = run_cli("codebook", "build", HERE / "source.h5", "-o", out, *BOOK, "-q",
+                           capsys=capsys)
+    assert code == 0, err
+    new, old = json.loads(out.read_text()), json.loads((HERE / "book.json").read_text())
+    strip = ("co3cli_version", "created", "checksum")
+    assert {k: v for k, v in new.items() if k not in strip} == \
+        {k: v for k, v in old.items() if k not in strip}
+    if __version__ == old["co3cli_version"]:
+        assert out.read_bytes() == (HERE / "book.json").read_bytes()
+
+
+def _header_json(path) -> str:
+    from co3cli.container import open_co3
+
+    with open(path, "rb") as f:
+        return json.dumps(open_co3(f, str(path)).header)
