@@ -1,0 +1,80 @@
+"""Argument checks shared by every module: one message shape, naming the parameter and value.
+
+    check_int("refit_every", 0, lo=1)    -> InputError "refit_every=0 must be an integer >= 1"
+    check_real("gamma", 2.0, 0.0, 1.0)   -> InputError "gamma=2.0 must be in [0, 1]"
+    check_int_list("class_sizes", "1,2") -> (1, 2)
+
+``who`` prefixes the message with the object that refused it (``"co3: "``). ``lenient`` accepts
+integral floats and numeric strings (``3.0``, ``"3"``) where values come from a command line.
+Booleans are never numbers here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from co3cli.errors import InputError
+
+
+def _range_text(lo, hi) -> str:
+    if lo is not None and hi is not None:
+        return f"in {lo}..{hi}"
+    if lo is not None:
+        return f">= {lo}"
+    return f"<= {hi}" if hi is not None else ""
+
+
+def check_int(name: str, v: Any, lo: int | None = None, hi: int | None = None, *,
+              who: str = "", lenient: bool = False) -> int:
+    """``v`` as an int within [lo, hi] (either bound optional)."""
+    x = None
+    if not isinstance(v, bool):
+        if isinstance(v, (int, np.integer)):
+            x = int(v)
+        elif lenient:
+            try:
+                f = float(v)
+                x = int(f) if f.is_integer() else None
+            except (TypeError, ValueError, OverflowError):
+                x = None
+    if x is None or (lo is not None and x < lo) or (hi is not None and x > hi):
+        raise InputError(f"{who}{name}={v!r} must be an integer {_range_text(lo, hi)}".rstrip())
+    return x
+
+
+def check_real(name: str, v: Any, lo: float = -math.inf, hi: float = math.inf, *,
+               lo_open: bool = False, hi_open: bool = False, who: str = "") -> float:
+    """``v`` as a finite float within the interval (closed unless ``lo_open``/``hi_open``)."""
+    x = None
+    if not isinstance(v, bool):
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise InputError(f"{who}{name}={v!r} is not a number") from None
+    if x is None:
+        raise InputError(f"{who}{name}={v!r} is not a number")
+    if not math.isfinite(x) or x < lo or x > hi or (lo_open and x == lo) or (hi_open and x == hi):
+        if hi == math.inf:
+            text = f"a finite number {'>' if lo_open else '>='} {lo:g}"
+        else:
+            text = f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        raise InputError(f"{who}{name}={v!r} must be {text}")
+    return x
+
+
+def check_int_list(name: str, v: Any, lo: int = 1, *, who: str = "") -> tuple[int, ...]:
+    """A non-empty list of integers >= ``lo`` (a comma string or a scalar is accepted)."""
+    if isinstance(v, str):
+        v = [s for s in v.replace(" ", "").split(",") if s]
+    if np.isscalar(v):
+        v = [v]
+    try:
+        vals = [float(x) for x in v]
+    except (TypeError, ValueError):
+        vals = []
+    if not vals or any(not math.isfinite(x) or not x.is_integer() or x < lo for x in vals):
+        raise InputError(f"{who}{name}={v!r} must be a non-empty list of integers >= {lo}")
+    return tuple(int(x) for x in vals)
