@@ -84,14 +84,13 @@ def measure_coder(table, sym: np.ndarray, cols: int | None, repeat: int) -> dict
 def run_layer(data, shape, fmt: str, repeat: int) -> dict:
     import zstandard
 
-    from co3cli import codebook as cb
-    from co3cli.codec import row_length, scale_and_quantize
-    from co3cli.coding import get_coder
+    from co3cli.coding import get_coder, row_length
+    from co3cli.tables import model_weights, scale_and_quantize
     from co3cli.formats import get_grid
 
     grid = get_grid(fmt)
     scales, sym, counts = scale_and_quantize(data, grid, None)
-    weights, _ = cb.model_weights(data, scales, counts, grid, "gennorm-zi")
+    weights, _ = model_weights(data, scales, counts, grid, "gennorm-zi")
     cols = row_length(shape, data.shape[1])
     n = sym.size
     raw = sym.astype(np.uint8).tobytes()

@@ -51,12 +51,14 @@ import numpy as np  # noqa: E402
 
 import co3cli  # noqa: E402
 from co3cli import codebook as cb  # noqa: E402
-from co3cli.codec import compress, scale_and_quantize  # noqa: E402
+from co3cli.codec import compress  # noqa: E402
+from co3cli.tables import model_weights, scale_and_quantize  # noqa: E402
 from co3cli.coding import get_coder, huffman_lengths  # noqa: E402
 from co3cli.container import open_co3  # noqa: E402
 from co3cli.dump import Dump  # noqa: E402
 from co3cli.formats import get_grid  # noqa: E402
-from co3cli.report import cross_entropy_bits, entropy_bits  # noqa: E402
+from co3cli.tables import entropy_bits  # noqa: E402
+from co3cli.report import cross_entropy_bits  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LARGE = 100_000  # a "large" layer has at least this many entries (pooled over steps)
@@ -133,9 +135,9 @@ def analyze(dump_name: str, path: str, fmt: str, scale: str, want_steps: bool, o
             row = {"dump": dump_name, "config": cfg, "layer": name, "entries": n, "large": large,
                    "zero_fraction": float(counts[grid.K] / n), "entropy_bpe": H / n}
             # 1. Huffman: model tables vs the exact-count optimum
-            w_zi, meta_zi = cb.model_weights(data, scales, counts, grid, "gennorm-zi")
-            w_g, meta_g = cb.model_weights(data, scales, counts, grid, "gennorm")
-            w_2, _ = cb.model_weights(data, scales, counts, grid, "gennorm2-zi")
+            w_zi, meta_zi = model_weights(data, scales, counts, grid, "gennorm-zi")
+            w_g, meta_g = model_weights(data, scales, counts, grid, "gennorm")
+            w_2, _ = model_weights(data, scales, counts, grid, "gennorm2-zi")
             p_zi, p_g = w_zi / w_zi.sum(), w_g / w_g.sum()
             row["beta_zi"] = meta_zi.get("params", {}).get("beta")
             row["xent_zi_bpe"] = cross_entropy_bits(counts, p_zi) / n
@@ -150,7 +152,7 @@ def analyze(dump_name: str, path: str, fmt: str, scale: str, want_steps: bool, o
             row["xent_zi_minus_H"] = row["xent_zi_bpe"] - H / n
             row["huff_gennorm_diff"] = row["huff_gennorm_bpe"] - row["huff_exact_bpe"]
             # 2. ANS: real payload bytes, exact-count table and gennorm-zi table
-            w_e, meta_e = cb.model_weights(data, scales, counts, grid, "empirical")
+            w_e, meta_e = model_weights(data, scales, counts, grid, "empirical")
             t_e = ans.table_from_weights(w_e)
             pay_e = sum(len(t_e.encode(r)) for r in sym)
             side_e = layer_side_bytes(meta_e, len(t_e.to_bytes()), nsteps)

@@ -8,9 +8,29 @@ Data flow (see README.md for the commands)::
                                                                          |
                                                report: bits/entry vs entropy
 
-References: "DNN gradient lossless compression: Can GenNorm be the answer?";
-"CO3: convert, compress, correct" (federated learning); "UEP codes for distributed
-approximate matrix multiplication" (stragglers).
+    simulate fl / the DDP hook:  g --ErrorFeedback--> v --Compressor--> payload --> the wire
+                                 (co3: grid + model table + coder; baselines: qsgd, topk, ...)
+
+Layers (imports point downwards only; ``tests/test_layering.py`` enforces it, with no circles)::
+
+    cli          co3cli.cli.*: one module per command group; parse, call one function, print
+    transports   ddp (DDP comm hook), recorder, capture, tasks, simulate.* (FL engines, UEP), demo
+    compressors  co3cli.compressors: the contract, co3, baselines, error feedback (one of each)
+    I/O          fileio, container (.co3), dump (HDF5), data, codec, codebook, fitting, report
+    core         errors, registry, checks, varint, formats (grids), quantize, scales, models,
+                 mixture, coding (huffman, ans, ctx), tables (model -> integer table)
+
+Every pluggable kind (grids, scale rules, models, coders, compressors, UEP codes, tasks) is one
+:class:`co3cli.registry.Registry`: a stable id, a config dict, ``from_config``.
+
+References:
+  Z.-J. Chen, E. E. Hernandez, Y.-C. Huang, S. Rini, "DNN gradient lossless compression: Can
+  GenNorm be the answer?", ICC 2022, arXiv:2111.07599 (models, tables, codec);
+  Z.-J. Chen, E. E. Hernandez, Y.-C. Huang, S. Rini, "Convert, compress, correct: Three steps
+  toward communication-efficient DNN training", arXiv:2203.09044 (compressors, error feedback);
+  B. Tegin, E. E. Hernandez, S. Rini, T. M. Duman, "Straggler mitigation through unequal error
+  protection for distributed approximate matrix multiplication", IEEE JSAC 40(2), 2022,
+  doi:10.1109/JSAC.2021.3118350 (co3cli.simulate.uep).
 """
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """Argument checks shared by every module: one message shape, naming the parameter and value.
 
     check_int("refit_every", 0, lo=1)    -> InputError "refit_every=0 must be an integer >= 1"
-    check_real("gamma", 2.0, 0.0, 1.0)   -> InputError "gamma=2.0 must be in [0, 1]"
+    check_real("gamma", 2.0, 0.0, 1.0)   -> InputError "gamma=2.0 must be a number in [0, 1]"
     check_int_list("class_sizes", "1,2") -> (1, 2)
 
 ``who`` prefixes the message with the object that refused it (``"co3: "``). ``lenient`` accepts
@@ -60,7 +60,7 @@ def check_real(name: str, v: Any, lo: float = -math.inf, hi: float = math.inf, *
         if hi == math.inf:
             text = f"a finite number {'>' if lo_open else '>='} {lo:g}"
         else:
-            text = f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+            text = f"a number in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
         raise InputError(f"{who}{name}={v!r} must be {text}")
     return x
 

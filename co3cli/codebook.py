@@ -1,10 +1,8 @@
 """Codebooks: integer coding tables frozen from a fitted model (or from counts).
 
-A model is fitted to the *scaled* values ``y = x * scale`` of a layer (pooled over its steps,
-on a deterministic subsample of at most ``FIT_SAMPLE`` entries), its probability of every
-grid cell is computed (every symbol > 0, so any input stays codable), and the coder turns
-that pmf into integers: Huffman code lengths or ANS frequencies. Only those integers are
-used by encoder and decoder; the fitted floats ride along as metadata.
+Each layer's model is fitted and frozen by :mod:`co3cli.tables` (every symbol > 0, so any input
+stays codable); the coder turns that pmf into integers: Huffman code lengths or ANS frequencies.
+Only those integers are used by encoder and decoder; the fitted floats ride along as metadata.
 
 Codebook file (``co3.codebook/1``, JSON)::
 
@@ -29,70 +27,13 @@ import numpy as np
 from co3cli import __version__
 from co3cli.coding import coder_from_config
 from co3cli.errors import Co3Error, InputError
-from co3cli.quantize import FIT_SAMPLE, fit_sample
+from co3cli.scales import FIT_SAMPLE
+from co3cli.tables import (
+    check_model, compact_meta, fit_table_model, model_weights, scale_and_quantize, scaled_sample,
+)
 
 SCHEMA = "co3.codebook/1"
 POOLED = "*"
-
-
-def scaled_sample(data: np.ndarray, scales: np.ndarray, limit: int = FIT_SAMPLE) -> np.ndarray:
-    """Deterministic subsample of the scaled values of a (steps, numel) layer."""
-    per_step = max(1, limit // max(1, data.shape[0]))
-    return np.concatenate([fit_sample(row, per_step) * s for row, s in zip(data, scales)])
-
-
-def table_models() -> tuple[str, ...]:
-    """Model ids a table can be frozen from: ``co3cli.models``' plus ``gennorm2-zi``."""
-    from co3cli import mixture, models
-
-    return models.get_model_ids() + (mixture.MODEL_ID,)
-
-
-def check_model(model: str) -> str:
-    if model not in table_models():
-        raise InputError(f"unknown model {model!r}; allowed: {', '.join(table_models())}")
-    return model
-
-
-def fit_table_model(sample, counts, grid, model: str):
-    """Fit ``model`` to scaled values (``sample``) / their symbol ``counts``; returns the fit."""
-    from co3cli import mixture, models
-
-    if model == mixture.MODEL_ID:
-        return mixture.fit_cells(sample, counts, grid)
-    if not np.any(sample) and not (model.endswith("-zi") or model == "dweibull"):
-        model = "gennorm-zi"  # a model without a zero mass cannot be fitted to all-zero data
-    return models.fit(sample, model)
-
-
-def fit_from_meta(meta: dict):
-    """Rebuild a fit from its metadata (for reports); None for empirical/codebook tables."""
-    from co3cli import mixture, models
-
-    if meta.get("model") == mixture.MODEL_ID:
-        return mixture.Gennorm2Fit.from_dict(meta)
-    if meta.get("model") in models.get_model_ids() and meta.get("model") != "empirical":
-        return models.Fit.from_dict(meta)
-    return None
-
-
-def model_weights(data, scales, counts, grid, model: str):
-    """Symbol weights (float64, nsym) for a table, and the metadata describing them."""
-    if model == "empirical":
-        return counts.astype(np.float64), {"model": "empirical"}
-    fit = fit_table_model(scaled_sample(data, scales), counts, grid, model)
-    return fit.pmf(grid, 1.0), compact_meta(fit)
-
-
-def compact_meta(fit) -> dict:
-    """The fit as report metadata: model, p0 and parameters to 6 significant digits."""
-    return {"model": fit.model, "p0": float(f"{fit.p0:.6g}"),
-            "params": {k: float(f"{v:.6g}") for k, v in fit.params.items()}}
-
-
-def table_ints(table) -> np.ndarray:
-    """The integer table: Huffman code lengths or ANS frequencies."""
-    return np.asarray(table.lengths if hasattr(table, "lengths") else table.freqs, dtype=np.int64)
 
 
 @dataclass
@@ -157,8 +98,8 @@ def load(path) -> Codebook:
         book.check_compatible(grid)
         for name in doc["layers"]:
             t = book.table_for(name)
-            if len(table_ints(t)) != grid.nsym:
-                raise InputError(f"layer {name!r}: table size {len(table_ints(t))} != {grid.nsym}")
+            if len(t.ints()) != grid.nsym:
+                raise InputError(f"layer {name!r}: table size {len(t.ints())} != {grid.nsym}")
     except (KeyError, TypeError, AttributeError) as e:
         raise InputError(f"codebook {str(path)!r} is malformed ({e})") from None
     except Co3Error as e:
@@ -173,15 +114,14 @@ def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=Fals
     ``steps`` (indices into the dump's steps) limits the data used, e.g. ``[0]`` for a
     codebook built on the first step only. ``pooled`` adds one table for all layers (``*``).
     """
-    from co3cli.codec import _progress, scale_and_quantize
-    from co3cli.fileio import created_timestamp
+    from co3cli.fileio import created_timestamp, progress_iter
 
     check_model(model)
     rows = None if steps is None else np.asarray(steps, dtype=np.int64)
     if rows is not None and (rows.size == 0 or rows.min() < 0 or rows.max() >= len(dump.steps)):
         raise InputError(f"steps must be indices in 0..{len(dump.steps) - 1}, got {steps}")
     layers, samples, total = {}, [], np.zeros(grid.nsym, dtype=np.int64)
-    for name in _progress(dump.layers, progress, "codebook"):
+    for name in progress_iter(dump.layers, progress, "codebook"):
         data = dump.read_layer(name)
         if rows is not None:
             data = data[rows]
@@ -194,7 +134,7 @@ def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=Fals
             weights, meta = model_weights(data, scales, counts, grid, model)
             if model == "empirical":  # a saved table must code symbols unseen so far
                 weights = weights + 0.5
-            layers[name] = {"table": table_ints(coder.table_from_weights(weights)).tolist(),
+            layers[name] = {"table": coder.table_from_weights(weights).ints().tolist(),
                             "meta": meta}
     if pooled:
         if model == "empirical":
@@ -202,7 +142,7 @@ def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=Fals
         else:
             fit = fit_table_model(np.concatenate(samples), total, grid, model)
             weights, meta = fit.pmf(grid, 1.0), compact_meta(fit)
-        layers = {POOLED: {"table": table_ints(coder.table_from_weights(weights)).tolist(),
+        layers = {POOLED: {"table": coder.table_from_weights(weights).ints().tolist(),
                            "meta": meta}}
     doc = {
         "schema": SCHEMA,

@@ -6,6 +6,9 @@
 
 Lossless means ``decompress(compress(x)) == dequantize(quantize(x))`` bit for bit.
 Memory stays at a few times the largest layer, whatever the dump's total size.
+
+Reference: Z.-J. Chen, E. E. Hernandez, Y.-C. Huang, S. Rini, "DNN gradient lossless compression: Can
+GenNorm be the answer?", ICC 2022, arXiv:2111.07599 (the model-based code the tables implement).
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ import numpy as np
 
 from co3cli import __version__
 from co3cli import codebook as cb
-from co3cli.coding import coder_from_config, get_coder
+from co3cli import tables
+from co3cli.coding import coder_from_config, get_coder, row_length
 from co3cli.container import Co3Writer, open_co3
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.fileio import created_timestamp, input_path, output_file
+from co3cli.fileio import created_timestamp, input_path, output_file, progress_iter
 from co3cli.formats import get_grid
-from co3cli.quantize import TIE_RULE, compute_scale, dequantize, quantize
+from co3cli.quantize import TIE_RULE, dequantize
 
 
 @dataclass
@@ -55,17 +59,6 @@ class CodecResult:
                 "layers": self.layers}
 
 
-def scale_and_quantize(data: np.ndarray, grid, scale_rule):
-    """Per-step scales (float32) and symbols (uint16, same shape) of a (steps, numel) array."""
-    scales = np.array([compute_scale(row, grid, scale_rule) for row in data], dtype=np.float32)
-    sym = np.empty(data.shape, dtype=np.uint16)
-    counts = np.zeros(grid.nsym, dtype=np.int64)
-    for t, row in enumerate(data):
-        sym[t], c = quantize(row, grid, scales[t], with_counts=True)
-        counts += c
-    return scales, sym, counts
-
-
 def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="gennorm-zi",
                  table=None, shape=None) -> EncodedLayer:
     """Quantize and entropy-code a (steps, numel) float32 layer.
@@ -74,25 +67,19 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
     this layer's scaled values (or from its counts for ``empirical``). ``shape`` is the
     parameter's shape (context-modelling coders use its 2-D view).
     """
-    scales, sym, counts = scale_and_quantize(data, grid, scale_rule)
+    scales, sym, counts = tables.scale_and_quantize(data, grid, scale_rule)
     if table is None:
-        weights, meta = cb.model_weights(data, scales, counts, grid, model)
+        weights, meta = tables.model_weights(data, scales, counts, grid, model)
         table = coder.table_from_weights(weights)
     else:
         meta = {"model": "codebook"}
-        unusable = np.flatnonzero((counts > 0) & (cb.table_ints(table) == 0))
+        unusable = np.flatnonzero((counts > 0) & (table.ints() == 0))
         if unusable.size:
             raise InputError(f"the codebook cannot code symbol(s) {unusable[:5].tolist()} of format "
                              f"{grid.id}; rebuild it with a model (every symbol codable)")
     cols = row_length(shape, data.shape[1])
     bodies = [table.encode(row, cols=cols) for row in sym]
     return EncodedLayer(meta, table, scales, bodies, counts)
-
-
-def row_length(shape, numel: int) -> int:
-    """Row length of a tensor's 2-D view (``numel // shape[0]``; ``numel`` for 1-D tensors)."""
-    shape = tuple(shape or (numel,))
-    return numel // shape[0] if len(shape) >= 2 and shape[0] > 0 else numel
 
 
 def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
@@ -150,12 +137,12 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
     else:
         grid = get_grid(format or DEFAULT_FORMAT)
         coder_obj = get_coder(coder or DEFAULT_CODER, **(coder_params or {}))
-        model = cb.check_model(model or DEFAULT_MODEL)
+        model = tables.check_model(model or DEFAULT_MODEL)
     with Dump.open(src, nonfinite=nonfinite) as dump, output_file(dst) as f:
         info = None if book is None else {"source": book.source, "checksum": book.checksum}
         writer = Co3Writer(f, _header(dump, grid, coder_obj, scale, model, info))
         result = CodecResult(str(dst), 0, 0)
-        for name in _progress(dump.layers, progress, "compress"):
+        for name in progress_iter(dump.layers, progress, "compress"):
             data = dump.read_layer(name)
             table = None if book is None else book.table_for(name)
             enc = encode_layer(data, grid, coder_obj, scale_rule=scale, model=model, table=table,
@@ -225,7 +212,7 @@ def decompress(src, dst, *, progress=False) -> CodecResult:
         with DumpWriter(dst, attrs) as w:
             w.set_steps(np.asarray(h["steps"], dtype=np.int64),
                         None if h.get("loss") is None else np.asarray(h["loss"], dtype=np.float32))
-            for block in _progress(co3.layers(), progress, "decompress", total=len(co3.offsets)):
+            for block in progress_iter(co3.layers(), progress, "decompress", total=len(co3.offsets)):
                 lay = h["layers"][block.index]
                 values = np.empty((len(block.bodies), lay["numel"]), dtype=np.float32)
                 for t, sym in enumerate(iter_decode_block(block, grid, coder, lay["numel"],
@@ -239,14 +226,3 @@ def decompress(src, dst, *, progress=False) -> CodecResult:
                 del values, block
     result.seconds = time.perf_counter() - t0
     return result
-
-
-def _progress(it, enabled: bool, desc: str, total=None):
-    if not enabled:
-        return it
-    import sys
-
-    from tqdm import tqdm
-
-    return tqdm(it, desc=desc, total=total, unit="layer", file=sys.stderr,
-                disable=not sys.stderr.isatty())

@@ -71,7 +71,6 @@ Bytes on the wire per rank and step: the payloads plus 8 bytes (the int64 length
 """
 
 # no "from __future__ import annotations": DDP checks the hook's annotations as objects
-import math
 import pickle
 import time
 import weakref
@@ -82,9 +81,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from co3cli.codec import row_length
+from co3cli.checks import check_int
+from co3cli.coding import CODERS, row_length
+from co3cli.compressors import CO3, ErrorFeedback, get_compressor
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.simulate.compressors import CO3, get_compressor
 from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
 
 EXCHANGES = ("tensor", "object")
@@ -96,8 +96,8 @@ LENGTH_BYTES = 8  # the int64 payload length each rank all-gathers per bucket
 class _ParamState:
     """What one rank keeps for one parameter between steps."""
 
+    key: int  # the parameter's key (the order the hook first saw it in)
     numel: int
-    memory: np.ndarray  # float32, host: the error-feedback memory e of this parameter
     sender: dict = field(default_factory=dict)  # this rank's compressor state
     receivers: dict[int, dict] = field(default_factory=dict)  # source rank -> decoder state
     cols: int | None = None  # row length of the parameter's 2-D view (the ctx coder's contexts)
@@ -121,34 +121,41 @@ class CO3State:
     """Configuration and per-parameter state of :func:`co3_hook` on one rank.
 
     ``format``/``coder``/``model``/``scale``/``refit_every`` configure the co3 compressor
-    (``co3cli.simulate.compressors.CO3``); ``gamma`` in [0, 1] decays the error memory
-    (``v = g + gamma * e``); ``exchange`` is ``"tensor"`` (all-gather of lengths, then of padded
-    uint8 payloads; the default) or ``"object"`` (``all_gather_object`` of the bytes).
+    (:class:`co3cli.compressors.CO3`); ``gamma`` in [0, 1] decays the error memory
+    (``v = g + gamma * e``, :class:`co3cli.compressors.ErrorFeedback`, keyed by parameter);
+    ``exchange`` is ``"tensor"`` (all-gather of lengths, then of padded uint8 payloads; the
+    default) or ``"object"`` (``all_gather_object`` of the bytes).
     """
 
     def __init__(self, process_group: Any = None, *, format: str = "fp8-e5m2", coder: str = "ans",
                  gamma: float = 0.9, refit_every: int = 100, model: str = "gennorm-zi",
                  scale: str | None = None, exchange: str = "tensor"):
-        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) \
-                or not math.isfinite(gamma) or not 0.0 <= gamma <= 1.0:
+        if isinstance(gamma, str):
             raise InputError(f"CO3State: gamma={gamma!r} must be a number in [0, 1]")
-        if isinstance(refit_every, bool) or not isinstance(refit_every, int) or refit_every < 1:
-            raise InputError(f"CO3State: refit_every={refit_every!r} must be an integer >= 1")
+        check_int("refit_every", refit_every, lo=1, who="CO3State: ")
         if exchange not in EXCHANGES:
             raise InputError(f"CO3State: exchange {exchange!r} is not one of {', '.join(EXCHANGES)}")
-        if coder not in CO3.CODERS:
-            raise InputError(f"CO3State: coder {coder!r} is not one of {', '.join(CO3.CODERS)}")
+        if coder not in CODERS:
+            raise InputError(f"CO3State: coder {coder!r} is not one of {CODERS.allowed()}")
         self.config = {"format": format, "coder": coder, "model": model, "scale": scale,
                        "refit_every": refit_every}
         self.compressor: CO3 = get_compressor("co3", **self.config)  # validates format, model
         self.process_group = process_group
-        self.gamma = float(gamma)
+        try:
+            self.feedback = ErrorFeedback(gamma)  # keys: parameter keys
+        except InputError as e:
+            raise InputError(f"CO3State: {e}") from None
         self.exchange = exchange
         self._rng = np.random.default_rng(0)  # co3 is deterministic; the API wants a generator
         self._params: dict[int, _ParamState] = {}  # key -> state
         self._keys: dict[int, tuple[int, weakref.ref]] = {}  # id(parameter) -> (key, ref)
         self._step = _StepTotals()
         self._stats: dict[str, Any] = _empty_stats()
+
+    @property
+    def gamma(self) -> float:
+        """The error memory's decay (``self.feedback.gamma``)."""
+        return self.feedback.gamma
 
     # ----------------------------------------------------------------- per parameter
     def _param(self, p: torch.Tensor) -> _ParamState:
@@ -162,7 +169,8 @@ class CO3State:
         if ps is None or ps.numel != numel:
             if ps is not None:
                 self._stats["resets"] += 1
-            ps = _ParamState(numel, np.zeros(numel, np.float32))
+            self.feedback.reset(key)
+            ps = _ParamState(key, numel)
             self._params[key] = ps
         ps.cols = row_length(tuple(p.shape), numel)
         return ps
@@ -206,7 +214,9 @@ class CO3State:
                 sender["table"] = ps.sender["table"].to_bytes()
             receivers = {src: rs["table"].to_bytes() for src, rs in sorted(ps.receivers.items())
                          if "table" in rs}
-            params[key] = {"numel": ps.numel, "memory": torch.from_numpy(ps.memory.copy()),
+            memory = self.feedback.memory(key)
+            memory = np.zeros(ps.numel, np.float32) if memory is None else memory.copy()
+            params[key] = {"numel": ps.numel, "memory": torch.from_numpy(memory),
                            "sender": sender, "receivers": receivers}
         return {"version": STATE_VERSION, "config": dict(self.config), "gamma": self.gamma,
                 "exchange": self.exchange, "params": params, "stats": dict(self._stats)}
@@ -223,6 +233,7 @@ class CO3State:
         comp = self.compressor
         nsym = comp.grid.nsym
         params: dict[int, _ParamState] = {}
+        memories: dict[int, np.ndarray] = {}
         for key, pd in sd["params"].items():
             memory = pd["memory"].detach().cpu().to(torch.float32).numpy().copy()
             if memory.shape != (pd["numel"],):
@@ -233,9 +244,10 @@ class CO3State:
                 sender["table"] = comp.coder.table_from_bytes(pd["sender"]["table"], nsym)
             receivers = {int(src): {"table": comp.coder.table_from_bytes(tb, nsym)}
                          for src, tb in pd["receivers"].items()}
-            params[int(key)] = _ParamState(int(pd["numel"]), memory, sender, receivers)
+            params[int(key)] = _ParamState(int(key), int(pd["numel"]), sender, receivers)
+            memories[int(key)] = memory
         self._params = params
-        self.gamma = float(sd["gamma"])
+        self.feedback.load_state_dict({"gamma": float(sd["gamma"]), "memories": memories})
         self.exchange = sd.get("exchange", self.exchange)
         self._stats = {**_empty_stats(), **sd.get("stats", {})}
         self._step = _StepTotals()
@@ -320,20 +332,12 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
         if bucket.is_last():
             state._finish_step()
         return fut_raw
-    gamma = np.float32(state.gamma)
     own = np.empty(g.size, np.float32)  # this rank's v_hat
     t1 = time.perf_counter()
     parts, entropy = [], 0.0
     for ps, lo, hi in zip(pstates, bounds[:-1], bounds[1:]):
-        if state.gamma:  # v = g + gamma e, built in the memory's own buffer (no temporaries)
-            v = ps.memory
-            v *= gamma
-            v += g[lo:hi]
-        else:
-            v = g[lo:hi]
         ps.sender["cols"] = ps.cols
-        packet = comp.compress(v, ps.sender, state._rng)
-        np.subtract(v, packet.v_hat, out=ps.memory)  # e = v - v_hat
+        packet = state.feedback.step(ps.key, g[lo:hi], comp, ps.sender, state._rng)
         own[lo:hi] = packet.v_hat
         parts.append(packet.payload)
         entropy += packet.entropy_bits or 0.0

@@ -109,3 +109,13 @@ def output_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+def progress_iter(it, enabled: bool, desc: str, total=None, unit: str = "layer"):
+    """``it`` with a tqdm bar on stderr when ``enabled`` and stderr is a terminal."""
+    if not enabled:
+        return it
+    from tqdm import tqdm
+
+    return tqdm(it, desc=desc, total=total, unit=unit, file=sys.stderr,
+                disable=not sys.stderr.isatty())

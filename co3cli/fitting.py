@@ -12,7 +12,7 @@ from co3cli.errors import InputError
 def fit_dump(src, model_ids, *, per_step=False, layers="*", nonfinite="error", progress=False) -> dict:
     """Per layer (pooled over steps, or per step): parameters, zero fraction, GoF, best by AIC."""
     from co3cli import models
-    from co3cli.codec import _progress
+    from co3cli.fileio import progress_iter
     from co3cli.dump import Dump
 
     if not model_ids:
@@ -28,7 +28,7 @@ def fit_dump(src, model_ids, *, per_step=False, layers="*", nonfinite="error", p
         names = [n for n in dump.layers if any(fnmatch.fnmatchcase(n, g) for g in globs)]
         if not names:
             raise InputError(f"no layer matches --layers {layers!r}; layers: {', '.join(dump.layers)}")
-        for name in _progress(names, progress, "fit"):
+        for name in progress_iter(names, progress, "fit"):
             data = dump.read_layer(name)
             groups = [(int(dump.steps[t]), row) for t, row in enumerate(data)] if per_step \
                 else [(None, data.reshape(-1))]

@@ -15,7 +15,7 @@ bits and exponent bias B (default ``2**(E-1) - 1``), with subnormals. The top ex
 Magnitude index ``k = exponent_field * 2**M + mantissa``, so ordering by value and by code
 agree and the parity of ``k`` is the parity of the mantissa's last bit.
 
-Named grids (design.md §1)::
+Named grids (registered in ``FORMATS``; a new named grid is one ``FORMATS.register`` line)::
 
     fp8-e5m2     = fp5.2            (bias 15, max 57344)
     fp8-e4m3     = fp4.3-b7-fn      (OCP e4m3fn, max 448)
@@ -39,22 +39,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from co3cli.errors import InputError
+from co3cli.registry import Registry
 
 MAX_SYMBOLS = 4095
 
-NAMED = {
-    "fp8-e5m2": "fp5.2",
-    "fp8-e4m3": "fp4.3-b7-fn",
-    "fp8-143-b10": "fp4.3-b10",
-    "fp4-co3": "fp2.1-b1",
-    "fp4-e2m1": "fp2.1-b1-full",
-}
+FORMATS: Registry = Registry("format", describe="fpE.M[-bB][-ieee|-fn|-full], uniformB[-cX]")
+"""Named grids: id -> their generic spec (``get_grid`` parses any generic spec too)."""
+FORMATS.register("fp5.2", id="fp8-e5m2", doc="IEEE-style fp8 (1,5,2), bias 15 (both papers)")
+FORMATS.register("fp4.3-b7-fn", id="fp8-e4m3", doc="OCP e4m3fn, max 448 (common hardware fp8)")
+FORMATS.register("fp4.3-b10", id="fp8-143-b10", doc="(1,4,3), bias 10, as in the authors' code")
+FORMATS.register("fp2.1-b1", id="fp4-co3", doc="the CO3 paper's fp4 (1,2,1), bias 1, max 3")
+FORMATS.register("fp2.1-b1-full", id="fp4-e2m1", doc="OCP MX fp4 e2m1, max 6")
 
 _FP_RE = re.compile(r"^fp(\d+)\.(\d+)(?:-b(-?\d+))?(?:-(ieee|fn|full))?$")
 _UNIFORM_RE = re.compile(r"^uniform(\d+)(?:-c(\d+(?:\.\d+)?))?$")
 
 GRID_HELP = (
-    "named: " + ", ".join(NAMED) + "; generic: fpE.M[-bB][-ieee|-fn|-full] (e.g. fp3.2-b3), "
+    "named: " + ", ".join(FORMATS) + "; generic: fpE.M[-bB][-ieee|-fn|-full] (e.g. fp3.2-b3), "
     "uniformB[-cX] (e.g. uniform8, uniform4-c3)"
 )
 
@@ -127,7 +128,7 @@ def get_grid(spec: str) -> Grid:
     if not isinstance(spec, str):
         raise InputError(f"format must be a string, got {spec!r}")
     name = spec.strip().lower()
-    generic = NAMED.get(name, name)
+    generic = FORMATS.get(name) if name in FORMATS else name
     m = _FP_RE.match(generic)
     if m:
         E, M = int(m.group(1)), int(m.group(2))

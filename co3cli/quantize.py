@@ -13,13 +13,11 @@ midpoint and the neighbours of every tie):
 * ``reference``: numpy ``searchsorted`` over the cell edges with explicit tie handling;
 * ``torch``: torch's float8 casts, for ``fp8-e5m2`` and ``fp8-e4m3`` only.
 
-Scale rules (the scale is per tensor, stored as float32 side information):
+The scale itself (one float32 per tensor, side information) comes from a scale rule of
+:mod:`co3cli.scales`.
 
-* ``absmax``: ``max|x|`` maps to the grid's largest value;
-* ``gennorm-mse``: ``c(beta)/alpha`` from a zero-inflated GenNorm fit, with ``c`` the
-  numerically MSE-optimal unit pre-scale on this grid (``co3cli.models``);
-* ``co3-poly``: the CO3 authors' fp4 polynomial ``max(p(beta), 0.0009) / alpha``;
-* ``clip``: ``K / (X * rms(x))``, implied by ``uniformB-cX`` grids.
+Reference (floating-point conversion, the "convert" of CO3): Z.-J. Chen, E. E. Hernandez, Y.-C. Huang, S. Rini, "Convert, compress, correct: Three steps
+toward communication-efficient DNN training", arXiv:2203.09044.
 """
 
 from __future__ import annotations
@@ -31,9 +29,7 @@ import numpy as np
 from co3cli.errors import InputError
 from co3cli.formats import Grid
 
-SCALE_RULES = ("absmax", "gennorm-mse", "co3-poly")
 TIE_RULE = "nearest, ties to even magnitude index; saturate at +-max; -0 == +0"
-FIT_SAMPLE = 1 << 18  # entries used to fit the model behind a model-based scale
 _F32_MAX = float(np.finfo(np.float32).max)
 _kernel = None
 
@@ -208,52 +204,3 @@ def dequantize(sym, grid: Grid, scale) -> np.ndarray:
     if _get_lookup()(table, flat, out):
         raise InputError(f"symbol {int(flat.max())} out of range for {grid.id} ({grid.nsym} symbols)")
     return out.reshape(sym.shape)
-
-
-def _to_f32_scale(s: float) -> np.float32:
-    """Clamp a positive float64 scale into float32's normal range."""
-    return np.float32(min(max(s, 2.0**-126), 2.0**127))
-
-
-def fit_sample(x: np.ndarray, limit: int = FIT_SAMPLE) -> np.ndarray:
-    """At most ``limit`` entries drawn uniformly (with replacement) by a fixed-seed generator.
-
-    Random, not strided: a stride that divides the row length would only ever see the same
-    columns (e.g. the always-zero border pixels of an MNIST layer). Fixed seed: deterministic.
-    """
-    if x.size <= limit:
-        return x
-    idx = np.random.default_rng(0x5EED).integers(0, x.size, size=limit)
-    idx.sort()  # memory order: a faster gather
-    return x[idx]
-
-
-def compute_scale(x, grid: Grid, rule: str | None = None) -> np.float32:
-    """Per-tensor scale for ``rule`` (``None``: ``absmax``, or ``clip`` for ``uniformB-cX``)."""
-    x = _as_f32_1d(x)
-    if grid.clip_sigma is not None:
-        if rule not in (None, "clip"):
-            raise InputError(f"format {grid.id!r} fixes its scale (clip at {grid.clip_sigma:g} "
-                             f"sigma); do not combine it with scale rule {rule!r}")
-        rule = "clip"
-    rule = rule or "absmax"
-    if x.size == 0:
-        raise InputError("cannot compute a scale for an empty tensor")
-    if rule == "absmax":
-        amax = float(np.max(np.abs(x)))
-        return _to_f32_scale(grid.max_value / amax) if amax > 0 else np.float32(1.0)
-    if rule == "clip":
-        rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
-        return _to_f32_scale(grid.max_value / (grid.clip_sigma * rms)) if rms > 0 else np.float32(1.0)
-    if rule in ("gennorm-mse", "co3-poly"):
-        from co3cli import models
-
-        fit = models.fit(fit_sample(x), "gennorm-zi")
-        if fit.n_nonzero == 0:
-            return np.float32(1.0)
-        beta, alpha = fit.params["beta"], fit.params["scale"]
-        if rule == "gennorm-mse":
-            return _to_f32_scale(models.gennorm_mse_unit_scale(grid, beta) / alpha)
-        return _to_f32_scale(models.co3_poly_scale(beta, alpha))
-    raise InputError(f"unknown scale rule {rule!r}; allowed: {', '.join(SCALE_RULES)} "
-                     "(clip is implied by uniformB-cX formats)")

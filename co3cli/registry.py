@@ -13,8 +13,8 @@ classes, a ``PARAMS`` dict (name -> default). Configs travel as plain dicts ``{"
         PARAMS = {"precision": 16}
 
     coder = CODERS.build("ans", precision=12)     # unknown id/params -> InputError
-    CODERS.from_config(coder.config()) == coder   # the config round-trips
-    CODERS.ids(), CODERS.help()                   # CLI choices and help texts
+    CODERS.from_config(coder.config()).config() == coder.config()  # round-trips
+    CODERS.ids(), CODERS.allowed()                # CLI choices and help texts
 
 Error messages, CLI choices and help texts all come from the registry, so a new entry is one
 module plus one registration line.
@@ -69,7 +69,7 @@ class Registry(Generic[T]):
         return len(self._entries)
 
     def ids(self) -> tuple[str, ...]:
-        """The registered ids, in registration order (the default first)."""
+        """The registered ids, in registration order."""
         return tuple(self._entries)
 
     def doc(self, key: str) -> str:

@@ -22,18 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from co3cli.tables import entropy_bits
 from co3cli.container import open_co3
 from co3cli.fileio import input_path
 
 KEYS = ("entries", "zero_fraction", "beta", "entropy_bpe", "cross_entropy_bpe", "huffman_bpe",
         "huffman_counts_bpe", "bpe", "payload_bpe")
-
-
-def entropy_bits(counts: np.ndarray) -> float:
-    """Total order-0 entropy, in bits, of a histogram."""
-    c = counts[counts > 0].astype(np.float64)
-    n = c.sum()
-    return float(-(c * np.log2(c / n)).sum()) if n else 0.0
 
 
 def cross_entropy_bits(counts: np.ndarray, pmf: np.ndarray) -> float:
@@ -43,15 +37,12 @@ def cross_entropy_bits(counts: np.ndarray, pmf: np.ndarray) -> float:
 
 def _model_pmf(meta: dict, table, grid) -> tuple[np.ndarray, float | None]:
     """The model's symbol pmf (from the fit metadata, or implied by the integer table)."""
-    from co3cli.codebook import fit_from_meta
+    from co3cli.tables import fit_from_meta
 
     fit = fit_from_meta(meta)
     if fit is not None:
         return fit.pmf(grid, 1.0), fit.params.get("beta")
-    if hasattr(table, "lengths"):
-        p = np.where(table.lengths > 0, np.exp2(-table.lengths.astype(np.float64)), 0.0)
-    else:
-        p = table.freqs.astype(np.float64)
+    p = table.pmf()
     return p / p.sum(), None
 
 
@@ -86,13 +77,14 @@ def report_co3(path, name: str | None = None, progress: bool = False, keep_hist:
 
     ``keep_hist`` adds each layer's symbol counts and model pmf under ``hist`` (for plots).
     """
-    from co3cli.codec import _progress, decode_block, read_co3_setup
+    from co3cli.codec import decode_block, read_co3_setup
+    from co3cli.fileio import progress_iter
 
     with input_path(path, ".co3 file") as p, open(p, "rb") as f:
         co3 = open_co3(f, name or str(path))
         grid, coder = read_co3_setup(co3.header)
         layers = []
-        for block in _progress(co3.layers(), progress, "report", total=len(co3.offsets)):
+        for block in progress_iter(co3.layers(), progress, "report", total=len(co3.offsets)):
             lay = co3.header["layers"][block.index]
             sym = decode_block(block, grid, coder, lay["numel"], lay["shape"])
             counts = np.bincount(sym.reshape(-1), minlength=grid.nsym)

@@ -633,7 +633,8 @@ def test_bad_fit_and_codebook_options_refused(good, out, capsys):
 @pytest.mark.parametrize("coder", ["ans", "huffman"])
 def test_tiny_dumps_round_trip(out, capsys, kind, coder):
     from co3cli.formats import get_grid
-    from co3cli.quantize import compute_scale, dequantize, quantize
+    from co3cli.quantize import dequantize, quantize
+    from co3cli.scales import compute_scale
 
     rng = np.random.default_rng(9)
     steps = (4,) if kind.startswith("one-step") else (0, 1, 2)

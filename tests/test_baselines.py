@@ -1,4 +1,4 @@
-"""Baseline compressors (co3cli.simulate.baselines): round trips, sizes, error properties,
+"""Baseline compressors (co3cli.compressors.baselines): round trips, sizes, error properties,
 bad parameters and corrupt payloads."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.simulate.compressors import get_compressor
+from co3cli.compressors import get_compressor
 
 CONFIGS = [
     ("qsgd", {}),

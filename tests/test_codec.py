@@ -13,7 +13,8 @@ from co3cli.container import open_co3
 from co3cli.dump import Dump, write_dump
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.formats import get_grid
-from co3cli.quantize import compute_scale, dequantize, quantize
+from co3cli.quantize import dequantize, quantize
+from co3cli.scales import compute_scale
 from co3cli.report import report_co3
 
 
@@ -108,7 +109,7 @@ def test_codebook_fixes_format_scale_rule_and_coder(dump_path, tmp_path):
 
 def test_fit_sample_sees_every_column():
     """A strided sample whose stride divides the row length would only see some columns."""
-    from co3cli.codebook import scaled_sample
+    from co3cli.tables import scaled_sample
 
     rows = np.ones((64, 28 * 28), np.float32)
     rows[:, ::28] = 0  # every 28th column is always zero (like MNIST's border pixels)

@@ -326,11 +326,11 @@ def test_table_constructors_validate():
 
 
 def test_registry_errors_and_configs():
-    with pytest.raises(InputError, match=r"allowed: \['ans', 'ctx', 'huffman'\]"):
+    with pytest.raises(InputError, match=r"unknown coder 'arith'; allowed: huffman, ans, ctx"):
         get_coder("arith")
-    with pytest.raises(InputError, match=r"allowed: \['max_len'\]"):
+    with pytest.raises(InputError, match=r"allowed: max_len"):
         get_coder("huffman", precision=16)
-    with pytest.raises(InputError, match=r"allowed: \['precision'\]"):
+    with pytest.raises(InputError, match=r"allowed: precision"):
         get_coder("ans", max_len=16)
     with pytest.raises(InputError, match="id"):
         coder_from_config({"precision": 16})

@@ -291,7 +291,7 @@ def test_bad_inputs(rng):
 
 
 def test_registry_and_expected_bits():
-    assert CODERS["ctx"] is CtxCoder and CtxCoder.params == {"precision": 16, "limit": 60}
+    assert CODERS.get("ctx") is CtxCoder and CtxCoder.PARAMS == {"precision": 16, "limit": 60}
     table = get_coder("ctx").table_from_weights(gennorm_weights(247))
     lengths = table.code_lengths()
     assert np.all(lengths > 0)
@@ -322,7 +322,7 @@ def test_iid_data_costs_little_more_than_static_ans(rng):
 @pytest.mark.skipif(not SAMPLE.exists(), reason="sample dump not bundled")
 @pytest.mark.parametrize("fmt", ["fp8-e5m2", "fp4-co3"])
 def test_beats_order0_and_lzma_on_real_gradients(fmt):
-    from co3cli.codec import scale_and_quantize
+    from co3cli.tables import scale_and_quantize
     from co3cli.dump import Dump
     from co3cli.formats import get_grid
 

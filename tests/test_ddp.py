@@ -23,7 +23,7 @@ import torch.multiprocessing as mp
 
 from co3cli.ddp import CO3State, co3_hook
 from co3cli.errors import InputError
-from co3cli.simulate.compressors import get_compressor
+from co3cli.compressors import get_compressor
 
 WORLD = 2
 JOIN_TIMEOUT_S = 60
@@ -54,6 +54,12 @@ def _step(ddp, opt, rank: int, step: int) -> None:
     opt.step()
 
 
+def _memory(state: CO3State, key: int) -> np.ndarray:
+    """A copy of parameter ``key``'s error memory (zeros before its first update)."""
+    e = state.feedback.memory(key)
+    return np.zeros(state._params[key].numel, np.float32) if e is None else e.copy()
+
+
 def _flat_params(model: torch.nn.Module) -> np.ndarray:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
 
@@ -72,7 +78,7 @@ def _scenario_train(rank: int, world: int, out: Path) -> dict[str, Any]:
         for p in bucket.parameters():
             old = st._params.get(st._keys[id(p)][0]) if id(p) in st._keys else None
             fresh = old is None or old.numel != p.numel()
-            before.append((np.zeros(p.numel(), np.float32) if fresh else old.memory.copy(),
+            before.append((np.zeros(p.numel(), np.float32) if fresh else _memory(st, old.key),
                            {} if fresh else copy.deepcopy(old.sender)))
         fut = co3_hook(st, bucket)
         lo = 0
@@ -81,7 +87,7 @@ def _scenario_train(rank: int, world: int, out: Path) -> dict[str, Any]:
             hi = lo + p.numel()
             v[lo:hi] = g[lo:hi] + np.float32(st.gamma) * e_before
             pkt = reference.compress(v[lo:hi], sender_before, np.random.default_rng(0))
-            e_after = st._param(p).memory
+            e_after = _memory(st, st._param(p).key)
             assert np.array_equal(e_after, v[lo:hi] - pkt.v_hat), "memory is not v - v_hat"
             checks["memory_nonzero"] += int(np.any(e_after != 0))
             checks["params"] += 1
@@ -172,7 +178,7 @@ def _scenario_nonfinite(rank: int, world: int, out: Path) -> dict[str, Any]:
         model.zero_grad()
         torch.nn.functional.cross_entropy(ddp(x), y).backward()
         grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy().copy())
-        memories.append({k: ps.memory.copy() for k, ps in state._params.items()})
+        memories.append({k: _memory(state, k) for k in state._params})
     return {"grads": grads, "memories": memories, "stats": state.stats()}
 
 

@@ -84,7 +84,8 @@ def measure(name, argv):
 def test_peak_rss_within_budget(dumps):
     from co3cli.dump import Dump
     from co3cli.formats import get_grid
-    from co3cli.quantize import compute_scale, dequantize, quantize
+    from co3cli.quantize import dequantize, quantize
+    from co3cli.scales import compute_scale
 
     dump = dumps / "big.h5"
     peaks = {}

@@ -5,11 +5,11 @@ import pytest
 from scipy import stats
 
 from co3cli import mixture, models
-from co3cli.codec import scale_and_quantize
+from co3cli.tables import scale_and_quantize
 from co3cli.coding.huffman import huffman_lengths
 from co3cli.errors import InputError
 from co3cli.formats import get_grid
-from co3cli.report import entropy_bits
+from co3cli.tables import entropy_bits
 
 TRUE = {"pi": 0.45, "w": 0.7, "beta1": 0.9, "scale1": 1.0, "beta2": 0.4, "scale2": 0.01}
 

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from co3cli import models as M
+from co3cli import scales as S
+from co3cli.models import mle as MLE
 from co3cli.errors import InputError
 from co3cli.formats import get_grid
 
@@ -82,15 +84,15 @@ def _power_sums64(L, b):
 
 def test_profile_derivatives_match_finite_differences(monkeypatch):
     x = gennorm_sample(0.8, 50_000, seed=7, p0=0.1)
-    data = M._Data(x)
+    data = MLE._Data(x)
     L64 = np.log(data.a_nz) - math.log(data.amax)
     for kind, frac in (("gennorm", math.log(data.n_nonzero / data.n)), ("weibull", 0.0)):
-        prof32 = M._Profile(kind, data.L, frac)
-        prof64 = M._Profile(kind, L64, frac)
+        prof32 = MLE._Profile(kind, data.L, frac)
+        prof64 = MLE._Profile(kind, L64, frac)
         for t in (-1.0, 0.2, 1.0):
             fast = prof32(t)
             with monkeypatch.context() as mp:  # float64 sums: finite differences are clean
-                mp.setattr(M, "_power_sums", _power_sums64)
+                mp.setattr(MLE, "_power_sums", _power_sums64)
                 g, gt, gtt, _ = prof64(t)
                 eps = 1e-3
                 v = [prof64(t + k * eps) for k in (-2, -1, 1, 2)]
@@ -346,9 +348,9 @@ def test_bad_arguments():
     with pytest.raises(InputError, match="entries"):
         M.gof(x[:10], f)
     with pytest.raises(InputError, match="beta"):
-        M.gennorm_mse_unit_scale(grid, 0.0)
+        S.gennorm_mse_unit_scale(grid, 0.0)
     with pytest.raises(InputError, match="alpha"):
-        M.co3_poly_scale(1.0, 0.0)
+        S.co3_poly_scale(1.0, 0.0)
     with pytest.raises(InputError, match="model"):
         M.fit_all(x, models=("gennorm", "bogus"))
     assert M.get_model_ids()[0] == "gennorm-zi" and set(M.get_model_ids()) == set(M.MODELS)
@@ -439,29 +441,29 @@ def assert_close_to_mc(exact, grid, beta, c):
                                           ("fp8-e5m2", 2.0)])
 def test_mse_unit_scale_is_optimal_and_matches_monte_carlo(grid_id, beta):
     grid = get_grid(grid_id)
-    c = M.gennorm_mse_unit_scale(grid, beta)
-    exact = M.gennorm_quant_mse(grid, beta, c)
+    c = S.gennorm_mse_unit_scale(grid, beta)
+    exact = S.gennorm_quant_mse(grid, beta, c)
     assert_close_to_mc(exact, grid, beta, c)
-    around = M.gennorm_quant_mse(grid, beta, c * np.array([0.5, 0.9, 0.99, 1.01, 1.1, 2.0]))
+    around = S.gennorm_quant_mse(grid, beta, c * np.array([0.5, 0.9, 0.99, 1.01, 1.1, 2.0]))
     assert np.all(around >= exact * (1 - 1e-9))
     if grid_id.startswith("fp4") or grid_id == "uniform8":  # pronounced optimum: MC agrees
         assert _mc_mse(grid, beta, c) < _mc_mse(grid, beta, c * 1.25)
         assert _mc_mse(grid, beta, c) < _mc_mse(grid, beta, c * 0.8)
-    assert M.gennorm_mse_unit_scale(grid, beta + 1e-6) == c  # cached per round(beta, 4)
+    assert S.gennorm_mse_unit_scale(grid, beta + 1e-6) == c  # cached per round(beta, 4)
 
 
 def test_mse_at_other_scales_matches_monte_carlo():
     grid = get_grid("fp4-co3")
     for c in (0.2, 3.0):  # far from optimal: heavy saturation / most entries in the zero cell
-        assert_close_to_mc(M.gennorm_quant_mse(grid, 1.2, c), grid, 1.2, c)
+        assert_close_to_mc(S.gennorm_quant_mse(grid, 1.2, c), grid, 1.2, c)
 
 
 def test_co3_poly_scale():
     p = lambda b: 0.46 - 2.85 * b + 5.37 * b**2 - 2.85 * b**3 + 0.52 * b**4  # noqa: E731
-    assert M.co3_poly_scale(1.0, 2.0) == pytest.approx(p(1.0) / 2.0)
-    assert M.co3_poly_scale(0.3, 1.0) == pytest.approx(max(p(0.3), 0.0009))
+    assert S.co3_poly_scale(1.0, 2.0) == pytest.approx(p(1.0) / 2.0)
+    assert S.co3_poly_scale(0.3, 1.0) == pytest.approx(max(p(0.3), 0.0009))
     # on fp4 the authors' polynomial is close to our numerical optimum
     grid = get_grid("fp4-co3")
     for b in (0.8, 1.0, 1.5, 2.0):
-        c = M.gennorm_mse_unit_scale(grid, b)
-        assert M.co3_poly_scale(b, 1.0) == pytest.approx(c, rel=0.05)
+        c = S.gennorm_mse_unit_scale(grid, b)
+        assert S.co3_poly_scale(b, 1.0) == pytest.approx(c, rel=0.05)

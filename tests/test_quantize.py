@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 from co3cli.errors import InputError
-from co3cli.formats import NAMED, get_grid
-from co3cli.quantize import compute_scale, dequantize, quantize, quantize_reference
+from co3cli.formats import FORMATS, get_grid
+from co3cli.quantize import dequantize, quantize, quantize_reference
+from co3cli.scales import compute_scale
 
-GRIDS = list(NAMED) + ["fp3.2-b3", "fp5.1-b20-fn", "fp2.3-full", "uniform8", "uniform3", "uniform4-c3",
+GRIDS = list(FORMATS) + ["fp3.2-b3", "fp5.1-b20-fn", "fp2.3-full", "uniform8", "uniform3", "uniform4-c3",
                        "fp3.1-b140-full"]
 
 

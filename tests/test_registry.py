@@ -63,7 +63,7 @@ def test_checks():
     with pytest.raises(InputError, match=r"k=9 must be an integer in 1..8"):
         check_int("k", 9, lo=1, hi=8)
     assert check_real("gamma", 1, 0.0, 1.0) == 1.0
-    with pytest.raises(InputError, match=r"gamma=2.0 must be in \[0, 1\]"):
+    with pytest.raises(InputError, match=r"gamma=2.0 must be a number in \[0, 1\]"):
         check_real("gamma", 2.0, 0.0, 1.0)
     with pytest.raises(InputError, match=r"lr=0 must be a finite number > 0"):
         check_real("lr", 0, 0.0, lo_open=True)

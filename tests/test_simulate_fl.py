@@ -13,7 +13,7 @@ from conftest import run_cli  # noqa: E402
 
 from co3cli import InputError  # noqa: E402
 from co3cli.dump import Dump  # noqa: E402
-from co3cli.simulate.compressors import get_compressor  # noqa: E402
+from co3cli.compressors import get_compressor  # noqa: E402
 from co3cli.simulate.fl import FLConfig, check_config, partition, read_metrics, run_fl  # noqa: E402
 
 FAST = dict(task="digits-mlp", clients=4, rounds=6, batch_size=16, eval_every=3)

@@ -295,7 +295,7 @@ def codebook_show_cli(book: Path = typer.Argument(..., help="Codebook JSON file.
     rows = []
     for name, entry in b.doc["layers"].items():
         t = b.table_for(name)
-        ints = cb.table_ints(t)
+        ints = t.ints()
         p = np.exp2(-ints.astype(float)) if "max_len" in b.doc["coder"] else ints / ints.sum()
         p = p / p.sum()
         meta = entry.get("meta", {})

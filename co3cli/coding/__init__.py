@@ -10,8 +10,12 @@ Data flow::
 Every table offers the same methods: ``encode(sym, cols=None) -> bytes``,
 ``decode(payload, n, cols=None)`` (``cols``: the row length of the tensor's 2-D view, used by
 context-modelling coders and ignored by the order-0 ones),
-``expected_bits(counts)``, ``to_bytes()``, plus ``nsym``.  ``coder.config()`` is the dict
-to write into a file header; ``coder_from_config(config)`` rebuilds the coder.
+``expected_bits(counts)``, ``to_bytes()``, ``ints()`` (the integer table: code lengths or
+frequencies, as a codebook stores it), ``pmf()`` (the probabilities it codes with), plus
+``nsym``.  ``coder.config()`` is the dict to write into a file header;
+``coder_from_config(config)`` rebuilds the coder.  Coders are registered in ``CODERS``
+(:class:`co3cli.registry.Registry`): a new coder is one module with a ``Configurable`` class
+(``table_from_weights``/``table_from_ints``/``table_from_bytes``) plus one ``CODERS.register`` line.
 
 Framing.  An rANS payload is self-delimiting already.  A Huffman payload is not (its last
 byte is padded), so the common ``encode`` prepends the exact bit count::
@@ -43,11 +47,12 @@ from co3cli.coding.ans import (
 )
 from co3cli.coding.ctx import CtxCoder
 from co3cli.coding.huffman import HuffmanTable, check_max_len, huffman_lengths
-from co3cli.errors import CorruptDataError, InputError
+from co3cli.errors import CorruptDataError
+from co3cli.registry import Configurable, Registry
 
 __all__ = [
-    "AnsTable", "HuffmanTable", "FramedHuffmanTable", "HuffmanCoder", "AnsCoder",
-    "CODERS", "get_coder", "coder_from_config", "huffman_lengths", "quantize_freqs",
+    "AnsTable", "HuffmanTable", "FramedHuffmanTable", "HuffmanCoder", "AnsCoder", "CtxCoder",
+    "CODERS", "get_coder", "coder_from_config", "huffman_lengths", "quantize_freqs", "row_length",
 ]
 
 
@@ -83,18 +88,29 @@ class FramedHuffmanTable:
     def lengths(self) -> np.ndarray:
         return self.raw.lengths
 
+    def ints(self) -> np.ndarray:
+        """The integer table (code lengths, int64; 0: the symbol cannot be coded)."""
+        return self.raw.lengths.astype(np.int64)
 
-class HuffmanCoder:
+    def pmf(self) -> np.ndarray:
+        """The probabilities the code is optimal for: 2**-length (0 where the length is 0)."""
+        ln = self.ints()
+        return np.where(ln > 0, np.exp2(-ln.astype(np.float64)), 0.0)
+
+
+CODERS: Registry = Registry("coder")
+"""Registry: stable id -> coder class (its ``PARAMS`` dict lists the allowed parameters)."""
+
+
+@CODERS.register(doc="canonical length-limited Huffman (>= 1 bit per entry)")
+class HuffmanCoder(Configurable):
     """Length-limited canonical Huffman (see :mod:`co3cli.coding.huffman`)."""
 
-    id = "huffman"
-    params = {"max_len": 16}
+    id, kind = "huffman", "coder"
+    PARAMS = {"max_len": 16}
 
-    def __init__(self, max_len: int = 16):
-        self.max_len = check_max_len(max_len)
-
-    def config(self) -> dict:
-        return {"id": self.id, "max_len": self.max_len}
+    def check(self) -> None:
+        self.params["max_len"] = self.max_len = check_max_len(self.params["max_len"])
 
     def table_from_weights(self, weights) -> FramedHuffmanTable:
         lengths = huffman_lengths(weights, self.max_len)
@@ -113,17 +129,15 @@ class HuffmanCoder:
         return FramedHuffmanTable(raw)
 
 
-class AnsCoder:
+@CODERS.register(doc="order-0 rANS (within 0.01 % of the entropy)")
+class AnsCoder(Configurable):
     """Range ANS with a 64-bit state (see :mod:`co3cli.coding.ans`)."""
 
-    id = "ans"
-    params = {"precision": 16}
+    id, kind = "ans", "coder"
+    PARAMS = {"precision": 16}
 
-    def __init__(self, precision: int = 16):
-        self.precision = check_precision(precision)
-
-    def config(self) -> dict:
-        return {"id": self.id, "precision": self.precision}
+    def check(self) -> None:
+        self.params["precision"] = self.precision = check_precision(self.params["precision"])
 
     def table_from_weights(self, weights) -> AnsTable:
         return AnsTable(quantize_freqs(weights, self.precision), self.precision)
@@ -142,26 +156,22 @@ class AnsCoder:
         return table
 
 
-CODERS = {cls.id: cls for cls in (HuffmanCoder, AnsCoder, CtxCoder)}
-"""Registry: stable id -> coder class (its ``params`` dict lists the allowed parameters)."""
+CODERS.register(CtxCoder, doc="context-adaptive binary range coder (smallest files, slower)")
 
 
 def get_coder(id: str, **params):
     """Build the coder registered as ``id`` with keyword ``params``."""
-    if id not in CODERS:
-        raise InputError(f"coder id: unknown {id!r}; allowed: {sorted(CODERS)}")
-    cls = CODERS[id]
-    unknown = sorted(set(params) - set(cls.params))
-    if unknown:
-        raise InputError(
-            f"coder {id!r}: unknown parameter(s) {unknown}; allowed: {sorted(cls.params)}"
-        )
-    return cls(**params)
+    return CODERS.build(id, **params)
 
 
 def coder_from_config(config: dict):
     """Inverse of ``coder.config()``."""
-    params = dict(config)
-    if "id" not in params:
-        raise InputError(f"coder config: missing 'id'; allowed ids: {sorted(CODERS)}")
-    return get_coder(params.pop("id"), **params)
+    return CODERS.from_config(config)
+
+
+def row_length(shape, numel: int) -> int:
+    """Row length of a tensor's 2-D view (``numel // shape[0]``; ``numel`` for 1-D tensors): the
+    ``cols`` that context-modelling coders take."""
+    shape = tuple(shape or (numel,))
+    return numel // shape[0] if len(shape) >= 2 and shape[0] > 0 else numel
+

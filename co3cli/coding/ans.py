@@ -229,6 +229,14 @@ class AnsTable:
         """log2 of the frequency total."""
         return self._precision
 
+    def ints(self) -> np.ndarray:
+        """The integer table (the frequencies, int64): the shared table vocabulary."""
+        return self._freqs.astype(np.int64)
+
+    def pmf(self) -> np.ndarray:
+        """The probabilities the table codes with (frequency / 2**precision)."""
+        return self._freqs / float(1 << self._precision)
+
     @property
     def nsym(self) -> int:
         """Alphabet size."""

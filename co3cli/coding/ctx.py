@@ -87,6 +87,7 @@ from numba import njit
 from co3cli.coding.ans import check_freqs, check_precision, parse_freqs, quantize_freqs
 from co3cli.coding.huffman import MAX_NSYM, as_symbols, check_count, check_int
 from co3cli.errors import CorruptDataError, InputError
+from co3cli.registry import Configurable
 from co3cli.varint import uvarints_to_bytes
 
 __all__ = ["CtxCoder", "CtxTable", "check_limit"]
@@ -221,6 +222,27 @@ _RECIP = np.array([(2 * PROB_ONE) // (2 * k + 3) for k in range(256)], dtype=np.
 # ---------------------------------------------------------------------------------------
 # Kernel (numba).  One function runs the model in both directions, so the encoder and the
 # decoder cannot drift apart; ``decode`` only selects the coder half of each decision.
+
+
+@njit(cache=True, inline="always")
+def _shift_low(low, cache, csize, buf, pos, nbuf):  # pragma: no cover - compiled
+    """Shift one byte out of the encoder's ``low``: when its top byte is settled, emit the
+    cached byte and the pending ``0xFF`` bytes with the carry. Returns the new
+    ``(low, cache, csize, pos)``; ``pos = -1`` when the output buffer is full."""
+    if low < 0xFF000000 or low >= 0x100000000:  # top byte settled
+        carry = low >> 32
+        if pos + csize > nbuf:
+            return low, cache, csize, -1
+        buf[pos] = (cache + carry) & 0xFF
+        pos += 1
+        for _ in range(csize - 1):
+            buf[pos] = (0xFF + carry) & 0xFF
+            pos += 1
+        csize = 0
+        cache = (low >> 24) & 0xFF
+    csize += 1
+    low = (low & 0x00FFFFFF) << 8
+    return low, cache, csize, pos
 
 
 @njit(cache=True)
@@ -387,19 +409,9 @@ def _run(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_b
                 rng = bound + ((rng - 2 * bound) & keep)
                 while rng < TOP:
                     rng <<= 8
-                    if low < 0xFF000000 or low >= 0x100000000:  # top byte settled
-                        carry = low >> 32
-                        if pos + csize > nbuf:
-                            return 2, 0
-                        buf[pos] = (cache + carry) & 0xFF
-                        pos += 1
-                        for _ in range(csize - 1):
-                            buf[pos] = (0xFF + carry) & 0xFF
-                            pos += 1
-                        csize = 0
-                        cache = (low >> 24) & 0xFF
-                    csize += 1
-                    low = (low & 0x00FFFFFF) << 8
+                    low, cache, csize, pos = _shift_low(low, cache, csize, buf, pos, nbuf)
+                    if pos < 0:
+                        return 2, 0
             # adapt towards the coded bit by 1 / (count + 1.5)
             cnt = st & 0xFF
             p += (((bit << PROB_BITS) - p) * recip[cnt]) >> 16
@@ -495,19 +507,9 @@ def _run(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_b
     # the four bytes of low + rng / 2
     low += rng >> 1
     for _ in range(5):
-        if low < 0xFF000000 or low >= 0x100000000:
-            carry = low >> 32
-            if pos + csize > nbuf:
-                return 2, 0
-            buf[pos] = (cache + carry) & 0xFF
-            pos += 1
-            for _ in range(csize - 1):
-                buf[pos] = (0xFF + carry) & 0xFF
-                pos += 1
-            csize = 0
-            cache = (low >> 24) & 0xFF
-        csize += 1
-        low = (low & 0x00FFFFFF) << 8
+        low, cache, csize, pos = _shift_low(low, cache, csize, buf, pos, nbuf)
+        if pos < 0:
+            return 2, 0
     return 0, pos
 
 
@@ -542,6 +544,14 @@ class CtxTable:
     def freqs(self) -> np.ndarray:
         """Read-only uint32 prior frequencies, one per symbol."""
         return self._freqs
+
+    def ints(self) -> np.ndarray:
+        """The integer prior (frequencies, int64): the shared table vocabulary."""
+        return self._freqs.astype(np.int64)
+
+    def pmf(self) -> np.ndarray:
+        """The prior's probabilities (frequency / 2**precision); the coder adapts from there."""
+        return self._freqs / float(1 << self._precision)
 
     @property
     def precision(self) -> int:
@@ -659,18 +669,15 @@ class CtxTable:
             raise CorruptDataError(f"ctx table: {err}") from None
 
 
-class CtxCoder:
+class CtxCoder(Configurable):
     """Context-adaptive binary range coder (this module); tables are priors."""
 
-    id = "ctx"
-    params = {"precision": 16, "limit": 60}
+    id, kind = "ctx", "coder"
+    PARAMS = {"precision": 16, "limit": 60}
 
-    def __init__(self, precision: int = 16, limit: int = 60):
-        self.precision = check_precision(precision)
-        self.limit = check_limit(limit)
-
-    def config(self) -> dict:
-        return {"id": self.id, "precision": self.precision, "limit": self.limit}
+    def check(self) -> None:
+        self.params["precision"] = self.precision = check_precision(self.params["precision"])
+        self.params["limit"] = self.limit = check_limit(self.params["limit"])
 
     def table_from_weights(self, weights) -> CtxTable:
         """Prior from a pmf or counts (``quantize_freqs`` at this precision)."""

@@ -118,7 +118,7 @@ def _real(name: str, v: Any, lo: float, hi: float = math.inf, lo_open: bool = Fa
 def check_config(cfg: FLConfig):
     """Validate ``cfg`` (InputError naming the field); return the configured compressor."""
     from co3cli.capture import get_task
-    from co3cli.simulate.compressors import get_compressor
+    from co3cli.compressors import get_compressor
 
     get_task(cfg.task)
     _int("clients", cfg.clients, 1)
@@ -319,6 +319,7 @@ class Simulation:
         import torch
 
         from co3cli.capture import build_model, load_task_data
+        from co3cli.compressors import ErrorFeedback
 
         self.cfg, self.comp = cfg, comp
         root = np.random.SeedSequence(cfg.seed)
@@ -338,13 +339,12 @@ class Simulation:
         self.batch_rng = [np.random.default_rng(s) for s in client_ss.spawn(cfg.clients)]
         self.comp_rng = [np.random.default_rng(s) for s in client_ss.spawn(cfg.clients)]
         self.server_rng = np.random.default_rng(server_ss)
-        from co3cli.codec import row_length
+        from co3cli.coding import row_length
 
         cols = [row_length(tuple(p.shape), p.numel()) for p in self.params]  # 2-D view rows
         self.send_state = [[{"cols": k} for k in cols] for _ in range(cfg.clients)]
         self.recv_state = [[{"cols": k} for k in cols] for _ in range(cfg.clients)]
-        self.memory: list[list[np.ndarray | None]] = [
-            [None] * len(self.params) for _ in range(cfg.clients)]
+        self.feedback = [ErrorFeedback(cfg.gamma) for _ in range(cfg.clients)]  # keys: layers
         self.momentum_buf = [torch.zeros_like(p) for p in self.params]
         self.dump_rows: dict[str, np.ndarray] | None = None  # client dump_client's last upload
         self.coded = None  # per client: the coded back-propagation (cfg.stragglers)
@@ -378,21 +378,21 @@ class Simulation:
             return ClientMsg(c, [], loss, t_compute, 0.0, None, diverged=True)
         payloads, ent, ent_ok, rows = [], 0.0, True, {}
         t_compress = 0.0
+        feedback, dumping = self.feedback[c], c == cfg.dump_client and r in cfg.dump_rounds
         for j, g in enumerate(grads):
-            e = self.memory[c][j]
-            v = g if (e is None or cfg.gamma == 0.0) else g + np.float32(cfg.gamma) * e
+            v = feedback.correct(j, g)
             t0 = time.perf_counter()
             pkt = self.comp.compress(v, self.send_state[c][j], self.comp_rng[c])
             t_compress += time.perf_counter() - t0
-            self.memory[c][j] = v - pkt.v_hat
+            if dumping:  # before update: v may be the memory's buffer
+                n = self.names[j]
+                rows.update({f"raw/{n}": g, f"corrected/{n}": v.copy(), f"decoded/{n}": pkt.v_hat})
+            feedback.update(j, v, pkt.v_hat)
             payloads.append(pkt.payload)
             if pkt.entropy_bits is None:
                 ent_ok = False
             else:
                 ent += pkt.entropy_bits
-            if c == cfg.dump_client and r in cfg.dump_rounds:
-                n = self.names[j]
-                rows.update({f"raw/{n}": g, f"corrected/{n}": v, f"decoded/{n}": pkt.v_hat})
         if rows:
             self.dump_rows = rows
         return ClientMsg(c, payloads, loss, t_compute, t_compress, ent if ent_ok else None,

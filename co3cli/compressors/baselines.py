@@ -1,6 +1,6 @@
 """Baseline gradient compressors: ``qsgd``, ``topk``, ``signsgd``, ``sketch``, ``tinyscript``.
 
-Each follows the :class:`~co3cli.simulate.compressors.Compressor` contract: ``compress`` returns
+Each follows the :class:`~co3cli.compressors.base.Compressor` contract: ``compress`` returns
 the payload and the ``v_hat`` that ``decompress(payload, numel, state)`` rebuilds bit for bit,
 from the payload, the compressor's fixed parameters and ``numel`` alone (no other side channel).
 None of them keeps state across rounds except ``sketch``, which caches its hashes. Multi-byte
@@ -82,27 +82,12 @@ import struct
 import numpy as np
 
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.simulate.compressors import Compressor, Packet, entropy_bits, register
+from co3cli.checks import check_int, check_real
+from co3cli.tables import entropy_bits
+from co3cli.compressors.base import COMPRESSORS, Compressor, Packet, as_f32
 from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
 
 _F32_MAX = float(np.finfo(np.float32).max)
-
-
-def _f32(v) -> np.ndarray:
-    return np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
-
-
-def _check_int(p: dict, name: str, cid: str, lo: int, hi: int) -> None:
-    x = p[name]
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not lo <= x <= hi:
-        raise InputError(f"{cid}: {name}={x!r} must be an integer in {lo}..{hi}")
-
-
-def _check_fraction(p: dict, name: str, cid: str) -> None:
-    x = p[name]
-    if (isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer))
-            or not 0 < x <= 1):
-        raise InputError(f"{cid}: {name}={x!r} must be a number in (0, 1]")
 
 
 def _f32_at(payload: bytes, pos: int, what: str) -> float:
@@ -159,7 +144,7 @@ def _unpack_bits(data: bytes, n: int, bits: int, what: str) -> np.ndarray:
 # ---------------------------------------------------------------------------------------
 # QSGD
 
-@register
+@COMPRESSORS.register
 class QSGD(Compressor):
     """QSGD: stochastic rounding to ``levels`` levels of |v|/||v||, signed, ANS-coded."""
 
@@ -169,14 +154,14 @@ class QSGD(Compressor):
     MAX_LEVELS = 2047  # 2s + 1 symbols must fit the coder's alphabet (4095)
 
     def check(self) -> None:
-        _check_int(self.params, "levels", self.id, 1, self.MAX_LEVELS)
+        check_int("levels", self.params["levels"], 1, self.MAX_LEVELS, who=f"{self.id}: ")
 
     def _values(self, norm: np.float32) -> np.ndarray:
         s = int(self.params["levels"])
         return (np.arange(-s, s + 1, dtype=np.float64) / s * float(norm)).astype(np.float32)
 
     def compress(self, v, state, rng):
-        v = _f32(v)
+        v = as_f32(v)
         s = int(self.params["levels"])
         v64 = v.astype(np.float64)
         norm64 = float(np.sqrt(np.dot(v64, v64)))
@@ -207,7 +192,7 @@ class QSGD(Compressor):
 # ---------------------------------------------------------------------------------------
 # Top-k
 
-@register
+@COMPRESSORS.register
 class TopK(Compressor):
     """Top-k sparsification: the ceil(fraction * n) largest |v|, as gaps + float32 values."""
 
@@ -215,10 +200,10 @@ class TopK(Compressor):
     PARAMS = {"fraction": 0.01}
 
     def check(self) -> None:
-        _check_fraction(self.params, "fraction", self.id)
+        check_real("fraction", self.params["fraction"], 0.0, 1.0, lo_open=True, who=f"{self.id}: ")
 
     def compress(self, v, state, rng):
-        v = _f32(v)
+        v = as_f32(v)
         n = v.size
         k = min(n, max(1, math.ceil(float(self.params["fraction"]) * n)))
         idx = np.sort(np.argpartition(-np.abs(v), k - 1)[:k]) if k < n else np.arange(n)
@@ -252,14 +237,14 @@ class TopK(Compressor):
 # ---------------------------------------------------------------------------------------
 # signSGD
 
-@register
+@COMPRESSORS.register
 class SignSGD(Compressor):
     """Scaled sign: mean |v| times the sign of each entry (sign(0) = +1), 1 bit per entry."""
 
     id = "signsgd"
 
     def compress(self, v, state, rng):
-        v = _f32(v)
+        v = as_f32(v)
         scale = np.float32(min(float(np.mean(np.abs(v.astype(np.float64)))), _F32_MAX))
         neg = v < 0
         payload = struct.pack("<f", scale) + np.packbits(neg).tobytes()
@@ -288,7 +273,7 @@ class SignSGD(Compressor):
 # ---------------------------------------------------------------------------------------
 # Count sketch
 
-@register
+@COMPRESSORS.register
 class Sketch(Compressor):
     """Count sketch (FetchSGD): an r x c float32 table; median (or median + top-k) unsketch."""
 
@@ -299,9 +284,9 @@ class Sketch(Compressor):
 
     def check(self) -> None:
         p = self.params
-        _check_int(p, "rows", self.id, 1, 64)
+        check_int("rows", p["rows"], 1, 64, who=f"{self.id}: ")
         if p["cols"] is not None:
-            _check_int(p, "cols", self.id, 1, 1 << 28)
+            check_int("cols", p["cols"], 1, 1 << 28, who=f"{self.id}: ")
         w = p["width"]
         if (isinstance(w, bool) or not isinstance(w, (int, float, np.floating, np.integer))
                 or not 0 < w <= 1000):
@@ -309,8 +294,8 @@ class Sketch(Compressor):
         if p["unsketch"] not in self.UNSKETCH:
             raise InputError(f"sketch: unsketch={p['unsketch']!r} must be one of "
                              f"{', '.join(self.UNSKETCH)}")
-        _check_fraction(p, "k_fraction", self.id)
-        _check_int(p, "seed", self.id, 0, (1 << 63) - 1)
+        check_real("k_fraction", p["k_fraction"], 0.0, 1.0, lo_open=True, who=f"{self.id}: ")
+        check_int("seed", p["seed"], 0, (1 << 63) - 1, who=f"{self.id}: ")
 
     def ncols(self, numel: int) -> int:
         """Sketch width c for a tensor of ``numel`` entries."""
@@ -345,7 +330,7 @@ class Sketch(Compressor):
         return est
 
     def compress(self, v, state, rng):
-        v = _f32(v)
+        v = as_f32(v)
         h, sign = self._hashes(v.size, state)
         r, c = int(self.params["rows"]), self.ncols(v.size)
         w = (sign.astype(np.float64) * v.astype(np.float64)).reshape(-1)
@@ -403,7 +388,7 @@ def lloyd_max_weibull(k: float, nlev: int, iters: int = 2000) -> np.ndarray:
     return lev
 
 
-@register
+@COMPRESSORS.register
 class TinyScript(Compressor):
     """TinyScript: a Lloyd-Max quantiser with 2**bits levels for a fitted double Weibull."""
 
@@ -411,7 +396,7 @@ class TinyScript(Compressor):
     PARAMS = {"bits": 2}
 
     def check(self) -> None:
-        _check_int(self.params, "bits", self.id, 1, 8)
+        check_int("bits", self.params["bits"], 1, 8, who=f"{self.id}: ")
 
     def positive_levels(self, v: np.ndarray) -> np.ndarray:
         """The 2**(bits-1) positive levels (float32, increasing) designed for ``v``."""
@@ -430,7 +415,7 @@ class TinyScript(Compressor):
         return np.concatenate([-pos[::-1], pos]).astype(np.float32)
 
     def compress(self, v, state, rng):
-        v = _f32(v)
+        v = as_f32(v)
         R = int(self.params["bits"])
         pos = self.positive_levels(v)
         lev = self._levels(pos)

@@ -1,0 +1,87 @@
+"""The compressor contract: what a sender turns a gradient into, as bytes, and back.
+
+::
+
+    sender:    v (float32, 1-D) --compress(v, state, rng)--> Packet(payload: bytes, v_hat, ...)
+    receiver:  payload --decompress(payload, numel, state)--> v_hat   (bit-identical to the sender's)
+
+What travels is ``payload`` (its length is what a run is charged); what stays local is
+``state``: one dict per (sender, tensor) on each side, kept across calls (a fitted table, a
+scale, a call counter). The receiver's state is built only from payloads. Error feedback is not a
+compressor's business: :class:`co3cli.compressors.feedback.ErrorFeedback` sends
+``v = g + gamma * e`` and keeps ``e = v - v_hat``, so every compressor gets it the same way, under
+every transport (the FL engines, the DDP hook).
+
+Transports may put ``"cols"`` (the row length of the tensor's 2-D view,
+:func:`co3cli.coding.row_length`) in both states; context-modelling coders use it.
+
+Compressors are registered in ``COMPRESSORS`` (``get_compressor(id, **params)``); a new one is a
+:class:`Compressor` subclass in its own module plus one ``@COMPRESSORS.register`` line. A payload
+that does not decode exactly (truncated, corrupt, a table it needs was never sent) raises
+``CorruptDataError``; bad parameters raise ``InputError``.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from co3cli.registry import Configurable, Registry
+
+COMPRESSORS: Registry = Registry("compressor")
+
+
+@dataclass
+class Packet:
+    """One compressed tensor: the bytes sent, what the receiver will decode, side figures."""
+
+    payload: bytes
+    v_hat: np.ndarray  # float32, what decompress(payload) returns, bit for bit
+    entropy_bits: float | None = None  # empirical entropy of the coded symbols, if any
+
+
+def get_compressor(id: str, **params: Any) -> Compressor:
+    """A configured compressor; unknown ids and bad parameters raise InputError."""
+    return COMPRESSORS.build(id, **params)
+
+
+class Compressor(Configurable, abc.ABC):
+    """Base class: subclasses set ``id``, ``PARAMS`` (name -> default) and the two methods."""
+
+    kind: ClassVar[str] = "compressor"
+    stochastic: ClassVar[bool] = False  # uses the rng given to compress
+    receiver_state: ClassVar[bool] = False  # the decoder learns state from payloads (tables)
+
+    @abc.abstractmethod
+    def compress(self, v: np.ndarray, state: dict, rng: np.random.Generator) -> Packet:
+        """``v`` float32 1-D -> the payload and ``v_hat`` (see the module docstring)."""
+
+    @abc.abstractmethod
+    def decompress(self, payload: bytes, numel: int, state: dict) -> np.ndarray:
+        """The payload -> ``v_hat`` (float32, ``numel`` entries), bit-identical to compress's."""
+
+
+def as_f32(v: np.ndarray) -> np.ndarray:
+    """``v`` as a contiguous 1-D float32 array (no copy when it is one already)."""
+    return np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
+
+
+@COMPRESSORS.register
+class NoCompression(Compressor):
+    """float32 as is: 32 bits per entry, the reference."""
+
+    id = "none"
+
+    def compress(self, v, state, rng):
+        v = as_f32(v)
+        return Packet(v.astype("<f4").tobytes(), v.copy(), None)
+
+    def decompress(self, payload, numel, state):
+        from co3cli.errors import CorruptDataError
+
+        if len(payload) != 4 * numel:
+            raise CorruptDataError(f"none: payload has {len(payload)} bytes, expected {4 * numel}")
+        return np.frombuffer(payload, dtype="<f4").astype(np.float32)

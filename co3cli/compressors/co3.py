@@ -1,0 +1,136 @@
+"""The ``co3`` compressor: convert (a float grid), compress (an entropy coder with a model table).
+
+::
+
+    v --scale (refit: the scale rule; between refits: s_fit * rms_fit / rms)--> y = v * s
+      --quantize (the grid)--> symbols --table.encode--> payload;  v_hat = dequantize(symbols) / s
+
+``co3`` payload (one tensor, one call)::
+
+    flags u8 (bit 0: a new table follows) | scale f32 LE
+    | [uvarint(len) + table bytes]           (when bit 0 is set: refit calls)
+    | coded symbols                         (the coder's self-delimiting payload)
+
+``coder``: any registered coder (:data:`co3cli.coding.CODERS`: ``ans`` by default, ``huffman``,
+``ctx``, context-adaptive and several times smaller on gradient matrices, several times slower);
+``ctx`` takes the ``"cols"`` the transport puts in both states for its 2-D contexts.
+
+The sender refits the symbol model (``model``, any of :data:`co3cli.tables.TABLE_MODELS`,
+gennorm-zi by default) and the scale rule every ``refit_every`` calls and sends the new table
+once; in between, the scale follows the gradient's magnitude (``scale = s_fit * rms_fit / rms``:
+every scale rule is scale-equivariant) and the table is reused. A symbol the table cannot code
+forces a refit.
+
+Reference: Z.-J. Chen, E. E. Hernandez, Y.-C. Huang, S. Rini, "Convert, compress, correct: Three
+steps toward communication-efficient DNN training", arXiv:2203.09044; the model-based table from
+"DNN gradient lossless compression: Can GenNorm be the answer?", arXiv:2111.07599.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+
+from co3cli.checks import check_int
+from co3cli.coding import CODERS
+from co3cli.compressors.base import COMPRESSORS, Compressor, Packet, as_f32
+from co3cli.errors import CorruptDataError
+from co3cli.tables import entropy_bits
+
+
+@COMPRESSORS.register
+class CO3(Compressor):
+    """Convert (a float grid), compress (an entropy coder with a model table), see module doc."""
+
+    id = "co3"
+    receiver_state = True
+    PARAMS = {"format": "fp8-e5m2", "scale": None, "coder": "ans", "model": "gennorm-zi",
+              "refit_every": 10}
+
+    def check(self) -> None:
+        from co3cli.formats import get_grid
+        from co3cli.scales import compute_scale
+        from co3cli.tables import TABLE_MODELS
+
+        p = self.params
+        self.grid = get_grid(p["format"])
+        self.coder = CODERS.build(p["coder"])
+        TABLE_MODELS.check(p["model"])
+        check_int("refit_every", p["refit_every"], lo=1, who="co3: ")
+        if p["scale"] is not None:  # validated once, on a tiny tensor
+            compute_scale(np.ones(4, np.float32), self.grid, p["scale"])
+
+    def _refit(self, v: np.ndarray, state: dict, rms: float) -> bytes:
+        from co3cli.quantize import quantize
+        from co3cli.scales import compute_scale
+        from co3cli.tables import model_weights
+
+        scale = compute_scale(v, self.grid, self.params["scale"])
+        _, counts = quantize(v, self.grid, scale, with_counts=True)
+        weights, _ = model_weights(v[None, :], np.array([scale], np.float32), counts,
+                                      self.grid, self.params["model"])
+        table = self.coder.table_from_weights(weights)
+        state.update(table=table, scale_fit=float(scale), rms_fit=rms, calls=0)
+        state.pop("uncodable", None)  # derived from the table on first use
+        return table.to_bytes()
+
+    def compress(self, v, state, rng):
+        from co3cli.quantize import dequantize, quantize
+        from co3cli.varint import uvarints_to_bytes
+
+        v = as_f32(v)
+        rms = math.sqrt(float(np.dot(v, v)) / v.size)
+        table_bytes = b""
+        if "table" not in state or state["calls"] >= self.params["refit_every"]:
+            table_bytes = self._refit(v, state, rms)
+        scale = self._scale(state, rms)
+        sym, counts = quantize(v, self.grid, scale, with_counts=True)
+        if not table_bytes and np.any(counts[self._uncodable(state)]):
+            table_bytes = self._refit(v, state, rms)  # a symbol the old table cannot code
+            scale = self._scale(state, rms)
+            sym, counts = quantize(v, self.grid, scale, with_counts=True)
+        state["calls"] += 1
+        head = struct.pack("<Bf", 1 if table_bytes else 0, scale)
+        if table_bytes:
+            head += uvarints_to_bytes([len(table_bytes)]) + table_bytes
+        body = state["table"].encode(sym, cols=state.get("cols"))
+        return Packet(head + body, dequantize(sym, self.grid, scale), entropy_bits(counts))
+
+    @staticmethod
+    def _uncodable(state: dict) -> np.ndarray:
+        """Symbols the state's table cannot code (bool per symbol), cached in the state."""
+        if "uncodable" not in state:
+            state["uncodable"] = state["table"].ints() == 0
+        return state["uncodable"]
+
+    @staticmethod
+    def _scale(state: dict, rms: float) -> np.float32:
+        if state["rms_fit"] > 0 and rms > 0:
+            s = np.float32(state["scale_fit"] * state["rms_fit"] / rms)
+            if math.isfinite(float(s)) and s > 0:
+                return s
+        return np.float32(state["scale_fit"])
+
+    def decompress(self, payload, numel, state):
+        from co3cli.quantize import dequantize
+        from co3cli.varint import uvarints_from_bytes
+
+        if len(payload) < 5:
+            raise CorruptDataError(f"co3: payload of {len(payload)} bytes is truncated")
+        flags, scale = struct.unpack_from("<Bf", payload, 0)
+        if flags not in (0, 1) or not (math.isfinite(scale) and scale > 0):
+            raise CorruptDataError(f"co3: bad payload header (flags {flags}, scale {scale})")
+        pos = 5
+        if flags:
+            (n,), used = uvarints_from_bytes(payload[pos:pos + 9], 1, "co3 table length")
+            pos += used
+            if pos + int(n) > len(payload):
+                raise CorruptDataError("co3: table truncated")
+            state["table"] = self.coder.table_from_bytes(payload[pos:pos + int(n)], self.grid.nsym)
+            pos += int(n)
+        if "table" not in state:
+            raise CorruptDataError("co3: payload needs a table that was never sent")
+        sym = state["table"].decode(payload[pos:], numel, cols=state.get("cols"))
+        return dequantize(sym, self.grid, np.float32(scale))

@@ -1,0 +1,127 @@
+"""Model -> integer table: the one place where a fitted model becomes a coding table.
+
+::
+
+    values (steps, numel) --scale_and_quantize--> scales, symbols, counts
+    scaled sample + counts --TABLE_MODELS[model]--> fit --fit.pmf(grid)--> weights (float64, nsym)
+    weights --coder.table_from_weights--> table (integers only: code lengths / frequencies)
+
+Used by the file pipeline (``co3cli.codec``, ``co3cli.codebook``) and by the compressors
+(``co3cli.compressors``) alike. A model is fitted to the *scaled* values ``y = x * scale`` (pooled
+over a layer's steps, on a deterministic subsample of at most ``FIT_SAMPLE`` entries); its
+probability of every grid cell is > 0, so a table frozen from it codes any input. Only the integer
+table crosses the encoder/decoder boundary; the fit rides along as report metadata
+(:func:`compact_meta`, rebuilt by :func:`fit_from_meta`).
+
+``TABLE_MODELS`` registers every model a table can be frozen from: the continuous families of
+:mod:`co3cli.models` (``gennorm-zi`` first, the default), the GenNorm mixture ``gennorm2-zi``
+(:mod:`co3cli.mixture`, fitted to the cell counts) and ``empirical`` (the counts themselves).
+Each entry is ``fit(sample, counts, grid) -> fit`` (``empirical``: None).
+
+Reference: Z.-J. Chen, E. E. Hernandez, Y.-C. Huang, S. Rini, "DNN gradient lossless compression:
+Can GenNorm be the answer?", ICC 2022, arXiv:2111.07599 (a Huffman code built from the fitted
+GenNorm, not from counts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from co3cli import mixture, models
+from co3cli.registry import Registry
+from co3cli.scales import FIT_SAMPLE, compute_scale, fit_sample
+
+TABLE_MODELS: Registry = Registry("model")
+
+
+def _family(model: str):
+    def fit(sample, counts, grid):
+        kind = model
+        if not np.any(sample) and not (kind.endswith("-zi") or kind == "dweibull"):
+            kind = "gennorm-zi"  # a model without a zero mass cannot be fitted to all-zero data
+        return models.fit(sample, kind)
+
+    return fit
+
+
+for _id in models.MODELS:
+    if _id != "empirical":
+        TABLE_MODELS.register(_family(_id), id=_id, doc=models.MODELS.doc(_id))
+TABLE_MODELS.register(lambda sample, counts, grid: mixture.fit_cells(sample, counts, grid),
+                      id=mixture.MODEL_ID, doc="GenNorm mixture fitted to the cells (closest to "
+                      "the counts)")
+TABLE_MODELS.register(lambda sample, counts, grid: None, id="empirical",
+                      doc=models.MODELS.doc("empirical"))
+
+
+def table_models() -> tuple[str, ...]:
+    """Model ids a table can be frozen from (the default first)."""
+    return TABLE_MODELS.ids()
+
+
+def check_model(model: str) -> str:
+    return TABLE_MODELS.check(model)
+
+
+def scale_and_quantize(data: np.ndarray, grid, scale_rule):
+    """Per-step scales (float32) and symbols (uint16, same shape) of a (steps, numel) array, and
+    the symbol counts over all steps (int64, nsym)."""
+    from co3cli.quantize import quantize
+
+    scales = np.array([compute_scale(row, grid, scale_rule) for row in data], dtype=np.float32)
+    sym = np.empty(data.shape, dtype=np.uint16)
+    counts = np.zeros(grid.nsym, dtype=np.int64)
+    for t, row in enumerate(data):
+        sym[t], c = quantize(row, grid, scales[t], with_counts=True)
+        counts += c
+    return scales, sym, counts
+
+
+def scaled_sample(data: np.ndarray, scales: np.ndarray, limit: int = FIT_SAMPLE) -> np.ndarray:
+    """Deterministic subsample of the scaled values of a (steps, numel) layer."""
+    per_step = max(1, limit // max(1, data.shape[0]))
+    return np.concatenate([fit_sample(row, per_step) * s for row, s in zip(data, scales)])
+
+
+def fit_table_model(sample, counts, grid, model: str):
+    """Fit ``model`` to scaled values (``sample``) / their symbol ``counts``; returns the fit."""
+    return TABLE_MODELS.get(model)(sample, counts, grid)
+
+
+def fit_from_meta(meta: dict):
+    """Rebuild a fit from its metadata (for reports); None for empirical/codebook tables."""
+    if meta.get("model") == mixture.MODEL_ID:
+        return mixture.Gennorm2Fit.from_dict(meta)
+    if meta.get("model") in models.MODELS and meta.get("model") != "empirical":
+        return models.Fit.from_dict(meta)
+    return None
+
+
+def compact_meta(fit) -> dict:
+    """The fit as report metadata: model, p0 and parameters to 6 significant digits."""
+    return {"model": fit.model, "p0": float(f"{fit.p0:.6g}"),
+            "params": {k: float(f"{v:.6g}") for k, v in fit.params.items()}}
+
+
+def entropy_bits(counts) -> float:
+    """Empirical order-0 entropy (bits) of a symbol histogram, times its size: the reference
+    every table and coder is measured against."""
+    c = np.asarray(counts, dtype=np.float64)
+    c = c[c > 0]
+    n = c.sum()
+    return float(-(c * np.log2(c / n)).sum()) if n else 0.0
+
+
+def weights_from_fit(fit, counts, grid, model: str):
+    """Symbol weights (float64, nsym) and metadata of a fit (``empirical``: the counts)."""
+    if model == "empirical":
+        return counts.astype(np.float64), {"model": "empirical"}
+    return fit.pmf(grid, 1.0), compact_meta(fit)
+
+
+def model_weights(data, scales, counts, grid, model: str):
+    """Symbol weights (float64, nsym) for a table of a (steps, numel) layer, and their metadata."""
+    if model == "empirical":
+        return weights_from_fit(None, counts, grid, model)
+    fit = fit_table_model(scaled_sample(data, scales), counts, grid, model)
+    return weights_from_fit(fit, counts, grid, model)
