@@ -4,9 +4,9 @@ static order-0 ``ans`` coder and general-purpose compressors.
     python benchmarks/bench_ctx.py                    # writes benchmarks/results/ctx.md
     python benchmarks/bench_ctx.py --quick --json /tmp/ctx.json   # 2 steps, md to /tmp
 
-Data: the layers of ``--dump`` (default the bundled ``sample_data/mnist5k-mlp.h5``) with at
-least ``--min-entries`` entries over all steps (fc1.weight and fc2.weight by default), for
-each ``--formats`` config with the absmax scale.  Per layer and format, all steps:
+Data: the layers of ``--dump`` (default the bundled ``co3cli/sample_data/mnist5k-mlp.h5``)
+with at least ``--min-entries`` entries over all steps (fc1.weight and fc2.weight by default),
+for each ``--formats`` config with the absmax scale.  Per layer and format, all steps:
 
 * ``H``: empirical order-0 entropy of the layer's symbols;
 * ``ans``: static rANS (precision 16) with the ``gennorm-zi`` table, every step encoded,
@@ -41,8 +41,10 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from co3cli.data import SAMPLE_DATA_DIR  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DUMP = ROOT / "sample_data" / "mnist5k-mlp.h5"
+DEFAULT_DUMP = SAMPLE_DATA_DIR / "mnist5k-mlp.h5"
 RESULTS = ROOT / "benchmarks" / "results"
 FORMATS = ["fp8-e5m2", "fp8-e4m3", "fp4-co3"]
 

@@ -3,7 +3,7 @@
     python benchmarks/bench_rate.py            # full run (< 10 min on 2 cores)
     python benchmarks/bench_rate.py --quick    # small captures, results to /tmp
 
-Dumps: the bundled ``sample_data/mnist5k-mlp.h5`` and ``sample_data/digits-mlp.h5``, plus
+Dumps: the bundled ``co3cli/sample_data/mnist5k-mlp.h5`` and ``digits-mlp.h5``, plus
 two captured here into a temporary folder with ``co3cli.capture.capture``: ``mnist5k-cnn``
 (100 steps, every 10th recorded) and a long ``mnist5k-mlp`` run (200 steps, every step
 recorded; used for the staleness study). Quantization configs: fp8-e5m2, fp8-e4m3, fp4-co3
@@ -55,6 +55,7 @@ from co3cli.codec import compress  # noqa: E402
 from co3cli.tables import model_weights, scale_and_quantize  # noqa: E402
 from co3cli.coding import get_coder, huffman_lengths  # noqa: E402
 from co3cli.container import open_co3  # noqa: E402
+from co3cli.data import SAMPLE_DATA_DIR  # noqa: E402
 from co3cli.dump import Dump  # noqa: E402
 from co3cli.formats import get_grid  # noqa: E402
 from co3cli.tables import entropy_bits  # noqa: E402
@@ -539,8 +540,8 @@ def main(argv=None) -> None:
     os.makedirs(tmp, exist_ok=True)
 
     cnn_steps, long_steps = (40, 40) if args.quick else (100, 200)
-    dumps = [("mnist5k-mlp", str(ROOT / "sample_data/mnist5k-mlp.h5"), "bundled"),
-             ("digits-mlp", str(ROOT / "sample_data/digits-mlp.h5"), "bundled")]
+    dumps = [("mnist5k-mlp", str(SAMPLE_DATA_DIR / "mnist5k-mlp.h5"), "bundled"),
+             ("digits-mlp", str(SAMPLE_DATA_DIR / "digits-mlp.h5"), "bundled")]
     cap = {}
     for name, task, steps, every in (("mnist5k-cnn", "mnist5k-cnn", cnn_steps, 10),
                                      ("mnist5k-mlp-long", "mnist5k-mlp", long_steps, 1)):

