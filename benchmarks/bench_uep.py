@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from co3cli.simulate.uep import (  # noqa: E402
     decode_probability, decode_probability_vs_time, error_vs_time, get_code, monte_carlo, partition)
-from co3cli.simulate.uep_train import StragglerConfig, train_coded  # noqa: E402
+from co3cli.simulate.uep.train import StragglerConfig, train_coded  # noqa: E402
 
 TASK = "mnist5k-mlp"
 GAMMA = (0.45, 0.35, 0.20)

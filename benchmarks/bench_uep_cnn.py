@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from co3cli import __version__
-    from co3cli.simulate.uep_train import StragglerConfig, train_coded
+    from co3cli.simulate.uep.train import StragglerConfig, train_coded
 
     torch.set_num_threads(1)
     t0 = time.time()

@@ -280,7 +280,7 @@ BAD = [
     ("shift", lambda: uep.Latency(rate=1.0, shift=-1.0), "shift"),
     ("deadline 0", lambda: _mm(deadline=0.0), "deadline"),
     ("deadline < 0", lambda: _mm(deadline=-2), "deadline"),
-    ("unknown code", lambda: uep.get_code("turbo", class_sizes=KS), "unknown code 'turbo'"),
+    ("unknown code", lambda: uep.get_code("turbo", class_sizes=KS), "unknown UEP code 'turbo'"),
     ("unknown param", lambda: uep.get_code("mds", class_sizes=KS, workers=9, window=[1]), "window"),
     ("no class sizes", lambda: uep.get_code("uncoded"), "class_sizes"),
     ("r", lambda: uep.get_code("repetition", class_sizes=KS, r=0), "r"),
@@ -325,5 +325,5 @@ def test_latency_scaled_by_work():
     t = np.array([0.5, 1.5, 3.0])
     assert np.allclose(w.cdf(t), base.cdf(t / 2.25))  # same law on a stretched clock
     assert Latency.for_blocks(4, reference_K=9, rate=2.0, shift=0.5) == w
-    with pytest.raises(InputError, match="work must be a finite number > 0"):
+    with pytest.raises(InputError, match="work=0 must be a finite number > 0"):
         base.scaled(0)

@@ -488,12 +488,12 @@ def simulate_fl_cli(
         params[key.strip().replace("-", "_")] = parse_value(value.strip())
     rounds_list: tuple = ()
     if dump_rounds:
-        from co3cli.simulate.uep_report import parse_ints
+        from co3cli.simulate.uep.report import parse_ints
 
         rounds_list = tuple(parse_ints(dump_rounds, "--dump-rounds"))
     straggler_cfg = None
     if stragglers is not None:
-        from co3cli.simulate import uep_report as ur
+        from co3cli.simulate.uep import report as ur
 
         straggler_cfg = {"scheme": stragglers, "rate": rate}
         if windows is not None:
@@ -592,7 +592,7 @@ _UEP_SETTING = dict(
 
 
 def _uep_codes(windows, classes, workers, repetition, schemes):
-    from co3cli.simulate import uep_report as ur
+    from co3cli.simulate.uep import report as ur
 
     return ur.build_codes([x.strip() for x in schemes.split(",") if x.strip()],
                           windows=ur.parse_floats(windows, "--windows"),
@@ -625,7 +625,7 @@ def uep_analyze_cli(
     Example: co3 simulate uep analyze --error-vs-time --schemes uncoded,repetition,mds,eep,now-uep,ew-uep --plot uep.png
     """
     from co3cli.fileio import output_path
-    from co3cli.simulate import uep_report as ur
+    from co3cli.simulate.uep import report as ur
 
     codes = _uep_codes(windows, classes, workers, repetition, schemes)
     L = next(iter(codes.values())).n_classes
@@ -672,7 +672,7 @@ def uep_mc_cli(
 
     Example: co3 simulate uep mc --windows 0.40,0.35,0.25 --classes 3,3,3 --workers 30 --trials 500
     """
-    from co3cli.simulate import uep_report as ur
+    from co3cli.simulate.uep import report as ur
 
     codes = _uep_codes(windows, classes, workers, repetition, schemes)
     rows = ur.monte_carlo_check(codes, ur.parse_ints(n_received, "--n"), trials=trials,
@@ -727,8 +727,8 @@ def uep_train_cli(
     Writes the CSV and, next to it, CSV.json with the config, versions and summary.
     """
     from co3cli.fileio import output_path
-    from co3cli.simulate import uep_report as ur
-    from co3cli.simulate.uep_train import StragglerConfig, train_coded
+    from co3cli.simulate.uep import report as ur
+    from co3cli.simulate.uep.train import StragglerConfig, train_coded
 
     _torch_one_thread()
     cfg = None

@@ -156,7 +156,7 @@ def check_config(cfg: FLConfig):
 
 def straggler_config(cfg: FLConfig, client: int):
     """Client ``client``'s StragglerConfig (validated), its seed derived from the run's."""
-    from co3cli.simulate.uep_train import StragglerConfig
+    from co3cli.simulate.uep.train import StragglerConfig
 
     fields = {f.name for f in dataclasses.fields(StragglerConfig)}
     given = dict(cfg.stragglers or {})
@@ -349,7 +349,7 @@ class Simulation:
         self.dump_rows: dict[str, np.ndarray] | None = None  # client dump_client's last upload
         self.coded = None  # per client: the coded back-propagation (cfg.stragglers)
         if cfg.stragglers is not None:
-            from co3cli.simulate.uep_train import CodedBackprop
+            from co3cli.simulate.uep.train import CodedBackprop
 
             self.coded = [CodedBackprop(straggler_config(cfg, c)) for c in range(cfg.clients)]
 

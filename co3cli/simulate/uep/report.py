@@ -2,7 +2,8 @@
 
 ::
 
-    schemes (now-uep, ew-uep, eep, mds with n = --workers; uncoded n = K; repetition n = r K)
+    schemes (the ids of CODES: now-uep, ew-uep, eep, mds with n = --workers; uncoded n = K;
+             repetition n = r K)
       analyze: decode_probability(code, N) for N = 0..n   -> {"schemes": {id: {"N", "p_decode"}}}
                error_vs_time(code, energies, t)            -> {"error_vs_time": {"t", id: [...]}}
       mc:      monte_carlo(code, N, trials) with the real encoder/decoder, next to the exact
@@ -10,7 +11,7 @@
 
 ``p_decode`` is indexed ``[class][N]`` (class 0 = the most important). Error curves use per-block
 energies given per class (``energies``: the expected squared Frobenius norm of one block product
-of that class, e.g. from ``uep.block_energy``).
+of that class, e.g. from ``analysis.block_energy``).
 """
 
 from __future__ import annotations
@@ -20,31 +21,34 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from co3cli.checks import check_int, check_real
 from co3cli.errors import InputError
+from co3cli.simulate.uep.analysis import decode_probability, error_vs_time, recovered_fraction
+from co3cli.simulate.uep.codes import CODES, get_code
+from co3cli.simulate.uep.latency import Latency
+from co3cli.simulate.uep.montecarlo import monte_carlo
 
-SCHEMES = ("uncoded", "repetition", "mds", "eep", "now-uep", "ew-uep")
+SCHEMES = CODES.ids()
 
 
 def build_codes(schemes: Sequence[str], *, windows: Sequence[float], classes: Sequence[int],
                 workers: int, r: int = 2) -> dict[str, Any]:
     """The codes of ``schemes`` for one setting (uncoded and repetition fix their workers)."""
-    from co3cli.simulate import uep
-
-    unknown = [s for s in schemes if s not in SCHEMES]
+    unknown = [s for s in schemes if s not in CODES]
     if unknown:
-        raise InputError(f"unknown scheme(s) {unknown}; allowed: {', '.join(SCHEMES)}")
+        raise InputError(f"unknown scheme(s) {unknown}; allowed: {CODES.allowed()}")
     if not schemes:
         raise InputError("--schemes lists no scheme")
     codes = {}
     for s in schemes:
         if s == "uncoded":
-            codes[s] = uep.get_code(s, class_sizes=classes)
+            codes[s] = get_code(s, class_sizes=classes)
         elif s == "repetition":
-            codes[s] = uep.get_code(s, class_sizes=classes, r=r)
+            codes[s] = get_code(s, class_sizes=classes, r=r)
         elif s in ("now-uep", "ew-uep"):
-            codes[s] = uep.get_code(s, class_sizes=classes, workers=workers, windows=windows)
+            codes[s] = get_code(s, class_sizes=classes, workers=workers, windows=windows)
         else:
-            codes[s] = uep.get_code(s, class_sizes=classes, workers=workers)
+            codes[s] = get_code(s, class_sizes=classes, workers=workers)
     return codes
 
 
@@ -52,25 +56,21 @@ def analyze(codes: dict[str, Any], *, energies: Sequence[float] | None = None,
             rate: float = 1.0, shift: float = 0.0, t_max: float | None = None,
             points: int = 41) -> dict[str, Any]:
     """Exact P_{d,c}(N) per scheme, and with ``energies`` the expected error vs time."""
-    from co3cli.simulate import uep
-
     out: dict[str, Any] = {"schemes": {}}
     for sid, code in codes.items():
         N = np.arange(code.n_workers + 1)
-        p = uep.decode_probability(code, N)  # (len(N), L)
-        frac = uep.recovered_fraction(code, N)
+        p = decode_probability(code, N)  # (len(N), L)
+        frac = recovered_fraction(code, N)
         out["schemes"][sid] = {
             "workers": code.n_workers, "config": code.config(), "N": N.tolist(),
             "p_decode": p.T.tolist(), "recovered_fraction": frac.T.tolist(),
         }
     if energies is not None:
-        lat = uep.Latency(rate=rate, shift=shift)
+        lat = Latency(rate=rate, shift=shift)
         if t_max is None:
             t_max = shift + 4.0 / rate
-        if not (math.isfinite(t_max) and t_max > 0):
-            raise InputError(f"--t-max {t_max!r} must be > 0")
-        if points < 2:
-            raise InputError(f"--points {points} must be >= 2")
+        t_max = check_real("--t-max", t_max, 0.0, lo_open=True)
+        points = check_int("--points", points, lo=2)
         t = np.linspace(0.0, t_max, points)
         curves: dict[str, Any] = {"t": t.tolist(), "energies": list(energies),
                                   "rate": rate, "shift": shift}
@@ -79,7 +79,7 @@ def analyze(codes: dict[str, Any], *, energies: Sequence[float] | None = None,
             raise InputError(f"--energies {list(energies)} must be finite, >= 0, not all 0")
         e = e / e.max()  # the error is a ratio of energies: scale-free, and no overflow
         for sid, code in codes.items():
-            curves[sid] = uep.error_vs_time(code, e, t, lat).tolist()
+            curves[sid] = error_vs_time(code, e, t, lat).tolist()
         out["error_vs_time"] = curves
     return out
 
@@ -87,8 +87,6 @@ def analyze(codes: dict[str, Any], *, energies: Sequence[float] | None = None,
 def monte_carlo_check(codes: dict[str, Any], N: Sequence[int], *, trials: int,
                       seed: int = 0) -> list[dict[str, Any]]:
     """Real encoder/decoder frequencies next to the exact probabilities, per scheme, N, class."""
-    from co3cli.simulate import uep
-
     top = max(code.n_workers for code in codes.values())
     bad = [n for n in N if not 0 <= n <= top]
     if bad:
@@ -99,8 +97,8 @@ def monte_carlo_check(codes: dict[str, Any], N: Sequence[int], *, trials: int,
         pts = [n for n in N if 0 <= n <= code.n_workers]  # a scheme with fewer workers: skipped
         if not pts:
             continue
-        mc = uep.monte_carlo(code, N=pts, trials=trials, rng=np.random.default_rng(seed))
-        exact = uep.decode_probability(code, np.asarray(pts))
+        mc = monte_carlo(code, N=pts, trials=trials, rng=np.random.default_rng(seed))
+        exact = decode_probability(code, np.asarray(pts))
         for i, n in enumerate(pts):
             for c in range(code.n_classes):
                 p, f = float(exact[i, c]), float(mc.decoded[i, c])

@@ -1,5 +1,5 @@
 """Training with coded back-propagation: every dense layer's two backward products go through
-the UEP-coded distributed multiplication of ``co3cli.simulate.uep`` with stragglers.
+the UEP-coded distributed multiplication (``co3cli.simulate.uep.coded_matmul``) with stragglers.
 
 Data flow (one SGD step, ``train_coded``)::
 
@@ -55,8 +55,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from co3cli.checks import check_int, check_int_list, check_real
 from co3cli.errors import InputError
-from co3cli.simulate.uep import CODES, IMPORTANCE, MODES, Code, Latency, coded_matmul, get_code
+from co3cli.simulate.uep.codes import CODES, Code, get_code
+from co3cli.simulate.uep.latency import Latency, check_deadline
+from co3cli.simulate.uep.matmul import IMPORTANCE, MODES, coded_matmul
 
 __all__ = ["StragglerConfig", "CodedBackprop", "train_coded", "CSV_COLUMNS"]
 
@@ -65,24 +68,6 @@ CSV_COLUMNS = ("step", "train_loss", "test_accuracy", "compute_s", "straggler_s"
 """Per-step CSV columns; ``class_recovered`` is the per-class block-recovered fraction of the
 step joined by ``;`` (class 0 = most important); ``recovered_fraction`` is the fraction of all
 blocks recovered over the step's products."""
-
-
-def _number(v: Any, name: str, *, low: float, strict: bool, allow_inf: bool = False) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a number, got {v!r}") from None
-    bad = math.isnan(f) or (f < low or (strict and f == low)) or (math.isinf(f) and not allow_inf)
-    if bad or isinstance(v, bool):
-        rel = ">" if strict else ">="
-        raise InputError(f"{name} must be a {'' if allow_inf else 'finite '}number {rel} {low}, got {v!r}")
-    return f
-
-
-def _int(v: Any, name: str, low: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
-        raise InputError(f"{name} must be an integer >= {low}, got {v!r}")
-    return int(v)
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -117,26 +102,28 @@ class StragglerConfig:
     def check(self) -> StragglerConfig:
         """Validate every field (InputError, one line, naming the field); returns self."""
         if not isinstance(self.scheme, str) or self.scheme not in CODES:
-            raise InputError(f"scheme must be one of {', '.join(sorted(CODES))}, got {self.scheme!r}")
+            raise InputError(f"scheme must be one of {CODES.allowed()}, got {self.scheme!r}")
         if self.workers is not None:
-            _int(self.workers, "workers", 1)
+            check_int("workers", self.workers, lo=1)
         if self.mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.importance not in IMPORTANCE:
             raise InputError(f"importance must be one of {', '.join(IMPORTANCE)}, got {self.importance!r}")
         K = self._K()
-        if not isinstance(self.class_sizes, (tuple, list)) or not self.class_sizes or any(
-                isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in self.class_sizes):
-            raise InputError(f"class_sizes must be a non-empty list of positive integers, got {self.class_sizes!r}")
+        if not isinstance(self.class_sizes, (tuple, list)) or any(
+                isinstance(k, bool) or not isinstance(k, (int, np.integer)) for k in self.class_sizes):
+            raise InputError(f"class_sizes={self.class_sizes!r} must be a non-empty list of "
+                             "integers >= 1")
+        check_int_list("class_sizes", self.class_sizes)
         if sum(self.class_sizes) != K:
             raise InputError(f"class_sizes {list(self.class_sizes)} sum to {sum(self.class_sizes)}, "
                              f"but blocks {self.blocks!r} give K={K} blocks")
         Latency(rate=self.rate, shift=self.shift)  # raises InputError
         if self.deadline is not None:
-            _number(self.deadline, "deadline", low=0.0, strict=True, allow_inf=True)
+            check_deadline(self.deadline)
         if self.wait_for is not None:
-            _int(self.wait_for, "wait_for", 1)
-        _int(self.seed, "seed", 0)
+            check_int("wait_for", self.wait_for, lo=1)
+        check_int("seed", self.seed, lo=0)
         code = self.code()
         if self.wait_for is not None and self.wait_for > code.n_workers:
             raise InputError(f"wait_for must be <= the number of workers n={code.n_workers}, got {self.wait_for!r}")
@@ -147,16 +134,16 @@ class StragglerConfig:
         if self.mode == "rxc":
             if not isinstance(b, (tuple, list)) or len(b) != 2:
                 raise InputError(f"blocks must be (M, N) for mode 'rxc', got {b!r}")
-            return _int(b[0], "blocks M", 1) * _int(b[1], "blocks N", 1)
+            return check_int("blocks M", b[0], lo=1) * check_int("blocks N", b[1], lo=1)
         if isinstance(b, (tuple, list)):
             if len(b) != 1:
                 raise InputError(f"blocks must be an integer P for mode 'cxr', got {b!r}")
             b = b[0]
-        return _int(b, "blocks P", 1)
+        return check_int("blocks P", b, lo=1)
 
     def code(self) -> Code:
         """The configured code (``get_code``); only the parameters the scheme takes are passed."""
-        allowed = {"class_sizes", *CODES[self.scheme].PARAMS} if self.scheme in CODES else set()
+        allowed = {"class_sizes", *CODES.get(self.scheme).PARAMS} if self.scheme in CODES else set()
         params = {"class_sizes": tuple(self.class_sizes), "workers": self.workers,
                   "windows": self.windows, "r": self.r}
         return get_code(self.scheme, **{k: v for k, v in params.items() if k in allowed})
@@ -384,18 +371,14 @@ def train_coded(task: str, straggler: StragglerConfig | None, *, steps: int, bat
     from co3cli.capture import build_model, get_task, load_task_data
 
     get_task(task)
-    steps = _int(steps, "steps", 1)
-    batch_size = _int(batch_size, "batch_size", 1)
-    eval_every = _int(eval_every, "eval_every", 1)
-    seed = _int(seed, "seed", 0)
-    lr = _number(lr, "lr", low=0.0, strict=True)
-    momentum = _number(momentum, "momentum", low=0.0, strict=False)
-    if momentum >= 1:
-        raise InputError(f"momentum must be in [0, 1), got {momentum!r}")
+    steps = check_int("steps", steps, lo=1)
+    batch_size = check_int("batch_size", batch_size, lo=1)
+    eval_every = check_int("eval_every", eval_every, lo=1)
+    seed = check_int("seed", seed, lo=0)
+    lr = check_real("lr", lr, 0.0, lo_open=True)
+    momentum = check_real("momentum", momentum, 0.0, 1.0, hi_open=True)
     if target_accuracy is not None:
-        target_accuracy = _number(target_accuracy, "target_accuracy", low=0.0, strict=True)
-        if target_accuracy > 1:
-            raise InputError(f"target_accuracy must be a fraction in (0, 1], got {target_accuracy!r}")
+        target_accuracy = check_real("target_accuracy", target_accuracy, 0.0, 1.0, lo_open=True)
     if straggler is not None and not isinstance(straggler, StragglerConfig):
         raise InputError(f"straggler must be a StragglerConfig or None, got {type(straggler).__name__}")
 
