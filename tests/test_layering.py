@@ -20,9 +20,9 @@ LAYERS = {
         "inspection", "plot"),
     2: ("compressors",),
     3: ("ddp", "recorder", "capture", "tasks", "jobs", "simulate", "demo"),
-    4: ("cli", "__main__"),
+    4: ("cli", "__main__", "sample_data.make_sample_data"),
 }
-NAMES = {0: "core", 1: "I/O", 2: "compressors", 3: "transports and simulators", 4: "CLI"}
+NAMES = {0: "core", 1: "I/O", 2: "compressors", 3: "transports and simulators", 4: "CLI and scripts"}
 TRANSPORTS = ("co3cli.ddp", "co3cli.recorder")
 
 
