@@ -470,7 +470,9 @@ def simulate_fl_cli(
     Example: co3 simulate fl -c co3 --format fp4-co3 --stragglers ew-uep --straggler-workers 15
     --deadline 1.0 -o uep/
     """
-    from co3cli.simulate.fl import FLConfig, parse_value, run_fl, run_sweep
+    from co3cli.simulate.fl import run_fl
+    from co3cli.simulate.flconfig import FLConfig, parse_value
+    from co3cli.simulate.flrun import run_sweep
 
     _torch_one_thread()
     params: dict = {}
@@ -518,7 +520,7 @@ def simulate_fl_cli(
         raise InputError(f"--engine {engine!r} is not one of inprocess, torchrun")
     if engine == "torchrun" or print_torchrun:
         from co3cli.simulate import dist
-        from co3cli.simulate.fl import check_config
+        from co3cli.simulate.flconfig import check_config
 
         if sweep is not None:
             raise InputError("--sweep runs with the in-process engine only")
@@ -568,7 +570,7 @@ def simulate_plot_cli(
     Example: co3 simulate plot run-none run-co3 run-qsgd -o compare.png
     """
     from co3cli.fileio import output_path
-    from co3cli.simulate.fl import plot_runs
+    from co3cli.simulate.flplot import plot_runs
 
     with output_path(output) as tmp:
         plot_runs(runs, tmp)
