@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from co3cli import __version__
-    from co3cli.simulate.fl import Diverged, FLConfig, plot_runs, read_metrics, run_fl
+    from co3cli.simulate.fl import Diverged, run_fl
+    from co3cli.simulate.flconfig import FLConfig
+    from co3cli.simulate.flplot import plot_runs, read_metrics
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,9 @@ from co3cli import InputError  # noqa: E402
 from co3cli.dump import Dump  # noqa: E402
 from co3cli.errors import CorruptDataError  # noqa: E402
 from co3cli.simulate.dist import client_rank, decode_message, encode_message, launch  # noqa: E402
-from co3cli.simulate.fl import ClientMsg, Diverged, FLConfig, read_metrics, run_fl  # noqa: E402
+from co3cli.simulate.fl import ClientMsg, Diverged, run_fl  # noqa: E402
+from co3cli.simulate.flconfig import FLConfig  # noqa: E402
+from co3cli.simulate.flplot import read_metrics  # noqa: E402
 
 
 def metric_rows(run):

@@ -14,7 +14,9 @@ from conftest import run_cli  # noqa: E402
 from co3cli import InputError  # noqa: E402
 from co3cli.dump import Dump  # noqa: E402
 from co3cli.compressors import get_compressor  # noqa: E402
-from co3cli.simulate.fl import FLConfig, check_config, partition, read_metrics, run_fl  # noqa: E402
+from co3cli.simulate.fl import partition, run_fl  # noqa: E402
+from co3cli.simulate.flconfig import FLConfig, check_config  # noqa: E402
+from co3cli.simulate.flplot import read_metrics  # noqa: E402
 
 FAST = dict(task="digits-mlp", clients=4, rounds=6, batch_size=16, eval_every=3)
 
@@ -134,7 +136,7 @@ def test_divergence_stops_with_the_round_and_keeps_the_metrics(tmp_path):
 
 
 @pytest.mark.parametrize("change,match", [
-    ({"gamma": 1.5}, r"gamma=1.5 must be in \[0, 1\]"),
+    ({"gamma": 1.5}, r"gamma=1.5 must be a number in \[0, 1\]"),
     ({"compressor": "zip"}, "unknown compressor 'zip'"),
     ({"task": "imagenet"}, "unknown capture task 'imagenet'"),
     ({"participation": 11}, "participation=11 exceeds clients=10"),
@@ -187,7 +189,7 @@ def test_cli_run_sweep_plot_and_errors(tmp_path, capsys):
 
 
 def test_sweep_and_metrics_edge_cases(tmp_path, capsys):
-    from co3cli.simulate.fl import sweep_configs
+    from co3cli.simulate.flconfig import sweep_configs
 
     base = FLConfig(**FAST)
     with pytest.raises(InputError, match="--sweep cannot vary 'stragglers'"):

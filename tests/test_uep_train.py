@@ -229,7 +229,7 @@ def test_bad_config(kw, match):
     (dict(steps=0), "steps=0 must be"),
     (dict(steps=2, batch_size=0), "batch_size=0 must be"),
     (dict(steps=2, lr=0), "lr=0 must be"),
-    (dict(steps=2, momentum=1.0), "momentum=1.0 must be in"),
+    (dict(steps=2, momentum=1.0), "momentum=1.0 must be a number in"),
     (dict(steps=2, target_accuracy=1.5), "target_accuracy=1.5 must be"),
     (dict(steps=2, eval_every=0), "eval_every=0 must be"),
 ])

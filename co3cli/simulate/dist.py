@@ -149,7 +149,8 @@ def serve(cfg, out: Path, world: int, progress: bool = False) -> None:
     """Rank 0: the server's loop."""
     import torch.distributed as dist
 
-    from co3cli.simulate.fl import Diverged, RunLog, Simulation, check_config, lr_at
+    from co3cli.simulate.fl import Diverged, RunLog, Simulation
+    from co3cli.simulate.flconfig import check_config, lr_at
 
     comp = check_config(cfg)
     sim = Simulation(cfg, comp)
@@ -201,7 +202,8 @@ def work(cfg, out: Path, rank: int, world: int) -> None:
     """Ranks 1..W: run this rank's clients every round."""
     import torch.distributed as dist
 
-    from co3cli.simulate.fl import Simulation, check_config, lr_at, open_dump, write_dump_row
+    from co3cli.simulate.fl import Simulation, open_dump, write_dump_row
+    from co3cli.simulate.flconfig import check_config, lr_at
 
     comp = check_config(cfg)
     sim = Simulation(cfg, comp)
@@ -228,7 +230,7 @@ def work(cfg, out: Path, rank: int, world: int) -> None:
 
 # -- launching -------------------------------------------------------------------------------------
 def _config_from_json(path: str):
-    from co3cli.simulate.fl import FLConfig
+    from co3cli.simulate.flconfig import FLConfig
 
     doc = json.loads(Path(path).read_text())
     doc["dump_rounds"] = tuple(doc.get("dump_rounds", ()))
@@ -251,7 +253,8 @@ def launch(cfg, out: str | os.PathLike, nproc: int, *, overwrite: bool = False,
            timeout: float = DEFAULT_TIMEOUT, progress: bool = False,
            on_start: Callable[[list], None] | None = None):
     """Run ``cfg`` on ``nproc`` local processes (1 server + nproc-1 clients); an FLResult."""
-    from co3cli.simulate.fl import STALE, Diverged, FLResult, check_config, prepare_output
+    from co3cli.simulate.fl import STALE, Diverged, FLResult, prepare_output
+    from co3cli.simulate.flconfig import check_config
 
     check_config(cfg)
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 2:

@@ -14,8 +14,10 @@ compressors, straggler draws) comes from ``seed``: the same config gives the sam
 ``Simulation`` holds that seeded world (``client_round`` / ``server_round``) and ``RunLog`` the
 server's bookkeeping; ``run_fl`` drives them in one process, ``co3cli.simulate.dist`` over
 ``torch.distributed`` processes, with bit-identical results. ``stragglers`` (a
-``uep_train.StragglerConfig`` as a dict) codes each client's backward products against
-stragglers (``straggler_time``: the round waits for the slowest client).
+``uep.train.StragglerConfig`` as a dict) codes each client's backward products against
+stragglers (``straggler_time``: the round waits for the slowest client). The config
+(``FLConfig``, its checks, config files): ``flconfig``; sweeps and the engine choice:
+``flrun``; reading ``metrics.csv`` back and plotting runs: ``flplot``.
 
 Outputs in the run folder (``run_fl(config, out)``):
 
@@ -41,7 +43,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,10 +51,8 @@ import numpy as np
 
 from co3cli import __version__
 from co3cli.errors import InputError
+from co3cli.simulate.flconfig import FLConfig, check_config, lr_at, straggler_config
 
-ALGORITHMS = ("fedsgd", "fedavg")
-PARTITIONS = ("iid", "dirichlet", "shards")
-SCHEDULES = ("constant", "cosine", "step")
 METRICS = (
     "round", "lr", "train_loss", "test_loss", "test_accuracy", "participants",
     "rejected_uploads", "uplink_bytes",
@@ -60,115 +60,6 @@ METRICS = (
     "t_compute", "t_compress", "t_decompress", "t_server", "t_eval",
     "straggler_time", "straggler_recovered",
 )
-
-
-@dataclass
-class FLConfig:
-    """One federated run. ``lr`` is the server step for FedSGD and the clients' for FedAvg."""
-
-    task: str = "mnist5k-mlp"
-    clients: int = 10
-    rounds: int = 200
-    algorithm: str = "fedsgd"
-    local_steps: int = 1  # FedAvg: E local SGD steps per round
-    batch_size: int = 64
-    lr: float = 0.1
-    server_lr: float = 1.0  # FedAvg: server step on the averaged model delta
-    momentum: float = 0.0  # server momentum
-    lr_schedule: str = "constant"  # constant | cosine (to 0 at the last round) | step (x0.1 at 1/2, 3/4)
-    partition: str = "iid"
-    alpha: float = 0.3  # Dirichlet concentration (partition="dirichlet")
-    shards_per_client: int = 2  # partition="shards"
-    participation: int | None = None  # m clients per round (None: all)
-    compressor: str = "none"
-    compressor_params: dict[str, Any] = field(default_factory=dict)
-    gamma: float = 0.0  # error-feedback memory decay
-    eval_every: int = 10
-    test_fraction: float = 0.2
-    seed: int = 0
-    dump_rounds: tuple[int, ...] = ()
-    dump_client: int = 0
-    # coded back-propagation on each client (co3cli.simulate.uep_train.StragglerConfig fields;
-    # None: exact backward). The straggler seed is derived from ``seed`` and the client.
-    stragglers: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["dump_rounds"] = list(self.dump_rounds)
-        return d
-
-
-def _int(name: str, v: Any, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise InputError(f"{name}={v!r} must be an integer >= {lo}")
-    return int(v)
-
-
-def _real(name: str, v: Any, lo: float, hi: float = math.inf, lo_open: bool = False) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        raise InputError(f"{name}={v!r} is not a number") from None
-    if not math.isfinite(x) or x < lo or x > hi or (lo_open and x == lo):
-        rng = f"({lo:g}, {hi:g}]" if lo_open else f"[{lo:g}, {hi:g}]"
-        raise InputError(f"{name}={v!r} must be in {rng}")
-    return x
-
-
-def check_config(cfg: FLConfig):
-    """Validate ``cfg`` (InputError naming the field); return the configured compressor."""
-    from co3cli.capture import get_task
-    from co3cli.compressors import get_compressor
-
-    get_task(cfg.task)
-    _int("clients", cfg.clients, 1)
-    _int("rounds", cfg.rounds, 1)
-    for name, allowed in (("algorithm", ALGORITHMS), ("partition", PARTITIONS),
-                          ("lr_schedule", SCHEDULES)):
-        if getattr(cfg, name) not in allowed:
-            raise InputError(f"{name}={getattr(cfg, name)!r} is not one of {', '.join(allowed)}")
-    _int("local_steps", cfg.local_steps, 1)
-    _int("batch_size", cfg.batch_size, 1)
-    _real("lr", cfg.lr, 0.0, lo_open=True)
-    _real("server_lr", cfg.server_lr, 0.0, lo_open=True)
-    _real("momentum", cfg.momentum, 0.0, 0.999)
-    _real("alpha", cfg.alpha, 0.0, lo_open=True)
-    _int("shards_per_client", cfg.shards_per_client, 1)
-    if cfg.participation is not None:
-        _int("participation", cfg.participation, 1)
-        if cfg.participation > cfg.clients:
-            raise InputError(f"participation={cfg.participation} exceeds clients={cfg.clients}")
-    _real("gamma", cfg.gamma, 0.0, 1.0)
-    _int("eval_every", cfg.eval_every, 1)
-    _real("test_fraction", cfg.test_fraction, 0.0, 0.9, lo_open=True)
-    _int("seed", cfg.seed, 0)
-    for r in cfg.dump_rounds:
-        _int("dump_rounds entry", r, 0)
-        if r >= cfg.rounds:
-            raise InputError(f"dump_rounds entry {r} is not a round (rounds 0..{cfg.rounds - 1})")
-    _int("dump_client", cfg.dump_client, 0)
-    if cfg.dump_client >= cfg.clients:
-        raise InputError(f"dump_client={cfg.dump_client} must be < clients={cfg.clients}")
-    if cfg.stragglers is not None:
-        straggler_config(cfg, 0)
-    return get_compressor(cfg.compressor, **cfg.compressor_params)
-
-
-def straggler_config(cfg: FLConfig, client: int):
-    """Client ``client``'s StragglerConfig (validated), its seed derived from the run's."""
-    from co3cli.simulate.uep.train import StragglerConfig
-
-    fields = {f.name for f in dataclasses.fields(StragglerConfig)}
-    given = dict(cfg.stragglers or {})
-    unknown = sorted(set(given) - fields - {"n_workers"})
-    if unknown:
-        raise InputError(f"stragglers: unknown field(s) {unknown}; allowed: {sorted(fields)}")
-    given.pop("n_workers", None)
-    for key in ("windows", "class_sizes", "blocks"):
-        if isinstance(given.get(key), list):
-            given[key] = tuple(given[key])
-    seed = int(np.random.SeedSequence([cfg.seed, 0x57A6, client]).generate_state(1)[0])
-    return StragglerConfig(**{**given, "seed": seed}).check()
 
 
 # -- data split ------------------------------------------------------------------------------------
@@ -201,14 +92,6 @@ def partition(labels: np.ndarray, cfg: FLConfig, rng: np.random.Generator) -> li
             donor = int(np.argmax([p.size for p in parts]))
             parts[j], parts[donor] = parts[donor][-1:], parts[donor][:-1]
     return [np.sort(p) for p in parts]
-
-
-def lr_at(cfg: FLConfig, r: int) -> float:
-    if cfg.lr_schedule == "cosine":
-        return cfg.lr * 0.5 * (1 + math.cos(math.pi * r / cfg.rounds))
-    if cfg.lr_schedule == "step":
-        return cfg.lr * (0.1 if r >= cfg.rounds // 2 else 1.0) * (0.1 if r >= 3 * cfg.rounds // 4 else 1.0)
-    return cfg.lr
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -613,123 +496,3 @@ def _client_update(cfg, model, params, loss_fn, train, shard, rng, lr):
         for w0, p in zip(start, params):
             p.copy_(w0)
     return delta, float(np.mean(losses))
-
-
-# -- sweeps ----------------------------------------------------------------------------------------
-SWEEP_COLUMNS = ("run", "final_accuracy", "best_accuracy", "mean_bits_per_entry",
-                 "mean_entropy_bits_per_entry", "total_uplink_bytes", "rounds_done", "stopped",
-                 "t_codec_fraction")
-
-
-def sweep_configs(base: FLConfig, spec: str) -> list[tuple[str, FLConfig]]:
-    """``"gamma=0,0.5,0.7"`` (a config field or a compressor parameter) -> [(label, config)]."""
-    if "=" not in spec:
-        raise InputError(f"--sweep {spec!r} must look like name=v1,v2,...")
-    key, _, values = spec.partition("=")
-    key = key.strip().replace("-", "_")
-    vals = [v.strip() for v in values.split(",") if v.strip()]
-    if not vals:
-        raise InputError(f"--sweep {spec!r} lists no values")
-    fields = {f.name: f for f in dataclasses.fields(FLConfig)}
-    if key in ("compressor_params", "dump_rounds", "stragglers", "dump_client", "compressor"):
-        raise InputError(f"--sweep cannot vary {key!r}; sweep a scalar field (gamma, lr, "
-                         "clients, ...) or a compressor parameter (format, coder, levels, ...)")
-    ints = {"clients", "rounds", "local_steps", "batch_size", "shards_per_client",
-            "participation", "eval_every", "seed"}
-    floats = {"lr", "server_lr", "momentum", "alpha", "gamma", "test_fraction"}
-    out = []
-    for v in vals:
-        label = f"{key}={v}"
-        if key in fields:
-            try:
-                conv = float(v) if key in floats else int(v) if key in ints else v
-            except ValueError:
-                kind = "a number" if key in floats else "an integer"
-                raise InputError(f"--sweep {key}: {v!r} is not {kind}") from None
-            out.append((label, dataclasses.replace(base, **{key: conv})))
-        else:
-            params = dict(base.compressor_params)
-            params[key] = parse_value(v)
-            out.append((label, dataclasses.replace(base, compressor_params=params)))
-    return out
-
-
-def parse_value(v: str) -> Any:
-    """'4' -> 4, '0.5' -> 0.5, else the string."""
-    for conv in (int, float):
-        try:
-            return conv(v)
-        except ValueError:
-            pass
-    return v
-
-
-def run_sweep(base: FLConfig, spec: str, out: str | os.PathLike, *, progress: bool = False,
-              overwrite: bool = False) -> list[dict[str, Any]]:
-    """Run every config of ``spec`` into ``out/<name=value>/``; write ``out/sweep.csv``."""
-    configs = sweep_configs(base, spec)
-    for _, c in configs:
-        check_config(c)  # every point valid before the first runs
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for label, c in configs:
-        try:
-            res = run_fl(c, out / label, progress=progress, overwrite=overwrite).to_dict()
-        except Diverged:
-            res = json.loads((out / label / "summary.json").read_text())
-        rows.append({"run": label, **{k: res[k] for k in SWEEP_COLUMNS[1:]}})
-        with open(out / "sweep.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=SWEEP_COLUMNS)
-            w.writeheader()
-            w.writerows(rows)
-    return rows
-
-
-def read_metrics(run: str | os.PathLike) -> dict[str, np.ndarray]:
-    """metrics.csv of a run folder as float columns (empty cells: NaN)."""
-    path = Path(run) / "metrics.csv"
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise InputError(f"{path} is not a co3 simulate fl metrics file ({exc})") from None
-    if rows and any(v is None for v in rows[-1].values()):
-        rows = rows[:-1]  # a row cut short by a killed run: the finished rounds stay readable
-    if not rows or rows[0].keys() != set(METRICS):
-        raise InputError(f"{path} is not a co3 simulate fl metrics file (or has no round)")
-    try:
-        return {k: np.array([float(r[k]) if r[k] != "" else np.nan for r in rows]) for k in METRICS}
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{path}: bad value ({exc})") from None
-
-
-def plot_runs(runs: list[str], out_png: str | os.PathLike, labels: list[str] | None = None) -> None:
-    """Accuracy vs round, accuracy vs cumulative uplink bits, bits/entry vs round (one PNG)."""
-    data = [read_metrics(r) for r in runs]
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("co3 simulate plot needs matplotlib: pip install 'co3cli[plot]'") \
-            from None
-    labels = labels or [Path(r).name for r in runs]
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
-    for d, lab in zip(data, labels):
-        ok = ~np.isnan(d["test_accuracy"])
-        ax[0].plot(d["round"][ok], 100 * d["test_accuracy"][ok], label=lab)
-        ax[1].plot(8 * d["cumulative_uplink_bytes"][ok], 100 * d["test_accuracy"][ok], label=lab)
-        ax[2].plot(d["round"], d["uplink_bits_per_entry"], label=lab)
-    ax[0].set(xlabel="round", ylabel="test accuracy (%)")
-    ax[1].set(xlabel="cumulative uplink bits", ylabel="test accuracy (%)", xscale="log")
-    ax[2].set(xlabel="round", ylabel="uplink bits / entry", yscale="log")
-    for a in ax:
-        a.grid(alpha=0.3)
-    ax[2].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110, format="png")
-    plt.close(fig)

@@ -1,0 +1,101 @@
+"""``co3 compress``, ``co3 decompress``, ``co3 inspect``, ``co3 report``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from co3cli.cli.common import (CoderOpt, FormatOpt, JsonOpt, MaxLenOpt, ModelOpt, NonfiniteOpt,
+                               PrecisionOpt, QuietOpt, ScaleOpt, coder_params, emit, emit_json,
+                               summary)
+
+
+def compress_cli(
+    input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
+    output: str = typer.Option(..., "--output", "-o", help="Output .co3 file, or - for stdout."),
+    format: Optional[str] = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
+    model: Optional[str] = ModelOpt,
+    codebook: Optional[Path] = typer.Option(None, "--codebook", "-b",
+                                            help="Reuse a saved codebook (it fixes format, scale "
+                                                 "rule, coder and tables)."),
+    max_len: Optional[int] = MaxLenOpt, precision: Optional[int] = PrecisionOpt,
+    nonfinite: str = NonfiniteOpt, json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+):
+    """Quantize and entropy-code a gradient dump into a .co3 file.
+
+    Example: co3 compress sample_data/mnist5k-mlp.h5 -o grads.co3 --format fp4-co3 --coder ans
+    """
+    from co3cli.codec import compress
+
+    res = compress(input, output, format=format, scale=scale, coder=coder,
+                   coder_params=coder_params(max_len, precision), model=model, codebook=codebook,
+                   nonfinite=nonfinite, progress=not quiet)
+    replaced = f", {res.nonfinite_replaced} NaN/Inf set to 0" if res.nonfinite_replaced else ""
+    summary(res, output, json_out, quiet, f"{input} -> {output}: {res.entries} entries, "
+            f"{res.nbytes} bytes, {res.bpe:.4f} bits/entry, {res.seconds:.2f} s{replaced}")
+
+
+def decompress_cli(
+    input: str = typer.Argument(..., help=".co3 file, or - for stdin."),
+    output: str = typer.Option(..., "--output", "-o", help="Output dump (.h5), or - for stdout."),
+    json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+):
+    """Decode a .co3 file into a co3.gradients/1 dump of the dequantized gradients.
+
+    Example: co3 decompress grads.co3 -o grads_q.h5
+    """
+    from co3cli.codec import decompress
+
+    res = decompress(input, output, progress=not quiet)
+    summary(res, output, json_out, quiet, f"{input} -> {output}: {res.entries} entries from "
+            f"{res.nbytes} bytes, {res.seconds:.2f} s")
+
+
+def inspect_cli(input: str = typer.Argument(..., help=".co3 file, or - for stdin."),
+                json_out: bool = JsonOpt):
+    """Verify a .co3 file (magic, version, every checksum) and describe its contents.
+
+    Example: co3 inspect grads.co3 --json
+    """
+    from co3cli.inspection import inspect_co3
+    from co3cli.report import format_table
+
+    info = inspect_co3(input)
+    if json_out:
+        emit_json(info.to_dict())
+        return
+    h = info.header
+    emit(f"{input}: .co3 v{info.version}, {info.bytes} bytes, all checksums verified")
+    emit(f"format {h['format']['id']}, scale {h['scale_rule']}, coder {h['coder']}, model {h['model']}, "
+         f"{len(h['steps'])} step(s), made by co3cli {h['co3cli_version']} at {h['created']}")
+    emit(format_table(info.layers, [("name", "layer", ""), ("shape", "shape", ""),
+                                    ("bytes", "bytes", "d"), ("payload_bytes", "payload", "d"),
+                                    ("table_bytes", "table", "d"), ("model", "model", "")]))
+
+
+def report_cli(
+    input: str = typer.Argument(..., help=".co3 file or gradient dump (.h5), or - for stdin."),
+    format: Optional[str] = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
+    model: Optional[str] = ModelOpt, max_len: Optional[int] = MaxLenOpt,
+    precision: Optional[int] = PrecisionOpt, nonfinite: str = NonfiniteOpt,
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw a PNG (needs matplotlib)."),
+    json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+):
+    """Bits per entry against entropy, per layer and in total, from real bytes.
+
+    On a dump, it compresses (to a temporary file) with the given options first.
+
+    Example: co3 report grads.co3 --json;  co3 report sample_data/mnist5k-mlp.h5 --format fp4-co3
+    """
+    from co3cli.inspection import report_file
+    from co3cli.report import bits_table
+
+    rep = report_file(input, format=format, scale=scale, coder=coder,
+                      coder_params=coder_params(max_len, precision), model=model,
+                      nonfinite=nonfinite, progress=not quiet, plot=plot)
+    if json_out:
+        emit_json(rep)
+    else:
+        emit(bits_table(rep))

@@ -1,0 +1,213 @@
+"""``co3 simulate uep``: UEP-coded matrix multiplication against stragglers (analyze, mc, train).
+
+Moved here as they were from the one-file CLI; ``co3cli.simulate.uep*`` is being restructured,
+so the work that still lives in these commands (parsing lists into codes, the energies
+default, the provenance side file of ``train``) moves into the library with it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from co3cli.cli.common import JsonOpt, QuietOpt, emit, torch_one_thread
+from co3cli.errors import InputError
+
+uep_app = typer.Typer(help="UEP-coded matrix multiplication against stragglers: exact "
+                       "analysis, Monte Carlo, coded back-propagation.", no_args_is_help=True)
+
+_UEP_SETTING = dict(
+    windows=typer.Option("0.40,0.35,0.25", "--windows", help="Window probabilities Gamma "
+                         "(sum 1), one per class (now-uep, ew-uep)."),
+    classes=typer.Option("3,3,3", "--classes", help="Blocks per class, most important first."),
+    workers=typer.Option(30, "--workers", help="Workers of mds, eep, now-uep, ew-uep (uncoded "
+                         "uses one per block, repetition r per block)."),
+    repetition=typer.Option(2, "--repetition", help="Copies per block for the repetition "
+                            "scheme."),
+    schemes=typer.Option("now-uep,ew-uep,eep", "--schemes", help="Comma-"
+                         "separated: uncoded, repetition, mds, eep, now-uep, ew-uep."),
+)
+
+
+def _uep_codes(windows, classes, workers, repetition, schemes):
+    from co3cli.simulate.uep import report as ur
+
+    return ur.build_codes([x.strip() for x in schemes.split(",") if x.strip()],
+                          windows=ur.parse_floats(windows, "--windows"),
+                          classes=ur.parse_ints(classes, "--classes"), workers=workers,
+                          r=repetition)
+
+
+@uep_app.command("analyze")
+def uep_analyze_cli(
+    windows: str = _UEP_SETTING["windows"], classes: str = _UEP_SETTING["classes"],
+    workers: int = _UEP_SETTING["workers"], repetition: int = _UEP_SETTING["repetition"],
+    schemes: str = _UEP_SETTING["schemes"],
+    error_vs_time: bool = typer.Option(False, "--error-vs-time", help="Also the expected "
+                                       "normalised error vs time (exact)."),
+    energies: Optional[str] = typer.Option(None, "--energies", help="Energy of one block of "
+                                           "each class (default 10,1,0.1,... decreasing)."),
+    rate: float = typer.Option(1.0, "--rate", help="Exponential latency rate lambda."),
+    shift: float = typer.Option(0.0, "--shift", help="Latency shift (shifted exponential)."),
+    t_max: Optional[float] = typer.Option(None, "--t-max", help="Last time of the error curve "
+                                          "(default shift + 4/rate)."),
+    points: int = typer.Option(41, "--points", help="Times on the error curve."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="PNG: decoding probability vs N "
+                                        "(and error vs time)."),
+    json_out: bool = JsonOpt,
+):
+    """Exact P(class decoded | N received) per scheme, N = 0..workers; error vs time.
+
+    Example: co3 simulate uep analyze --windows 0.40,0.35,0.25 --classes 3,3,3 --workers 30 --json
+
+    Example: co3 simulate uep analyze --error-vs-time --schemes uncoded,repetition,mds,eep,now-uep,ew-uep --plot uep.png
+    """
+    from co3cli.fileio import output_path
+    from co3cli.simulate.uep import report as ur
+
+    codes = _uep_codes(windows, classes, workers, repetition, schemes)
+    L = next(iter(codes.values())).n_classes
+    e = None
+    if error_vs_time or energies is not None:
+        e = ur.parse_floats(energies, "--energies") if energies else [10.0 ** (1 - c)
+                                                                       for c in range(L)]
+        if len(e) != L or any(not (math.isfinite(v) and v >= 0) for v in e):
+            raise InputError(f"--energies needs {L} values >= 0 (one per class), got {e}")
+    res = ur.analyze(codes, energies=e, rate=rate, shift=shift, t_max=t_max, points=points)
+    if plot is not None:
+        with output_path(plot) as tmp:
+            ur.plot_analysis(res, tmp)
+    if json_out:
+        emit(json.dumps(res, indent=1))
+        return
+    for sid, sres in res["schemes"].items():
+        emit(f"{sid} ({sres['workers']} workers): P(class decoded | N)")
+        N = sres["N"]
+        show = sorted(set([0] + list(range(0, N[-1] + 1, max(1, N[-1] // 10))) + [N[-1]]))
+        emit("   N  " + "  ".join(f"class{c + 1:>2}" for c in range(L)))
+        for n in show:
+            emit(f"{n:4d}  " + "  ".join(f"{p[n]:7.4f}" for p in sres["p_decode"]))
+    if "error_vs_time" in res:
+        cur = res["error_vs_time"]
+        emit("expected normalised error vs time")
+        emit("     t  " + "  ".join(f"{sid:>10}" for sid in res["schemes"]))
+        for i in range(0, len(cur["t"]), max(1, len(cur["t"]) // 8)):
+            emit(f"{cur['t'][i]:6.2f}  " + "  ".join(f"{cur[sid][i]:10.4g}"
+                                                    for sid in res["schemes"]))
+
+
+@uep_app.command("mc")
+def uep_mc_cli(
+    windows: str = _UEP_SETTING["windows"], classes: str = _UEP_SETTING["classes"],
+    workers: int = _UEP_SETTING["workers"], repetition: int = _UEP_SETTING["repetition"],
+    schemes: str = _UEP_SETTING["schemes"],
+    n_received: str = typer.Option("6,9,12,18,24", "--n", help="Numbers of results received."),
+    trials: int = typer.Option(500, "--trials"),
+    seed: int = typer.Option(0, "--seed"),
+    json_out: bool = JsonOpt,
+):
+    """Monte Carlo with the real encoder/decoder next to the exact decoding probabilities.
+
+    Example: co3 simulate uep mc --windows 0.40,0.35,0.25 --classes 3,3,3 --workers 30 --trials 500
+    """
+    from co3cli.simulate.uep import report as ur
+
+    codes = _uep_codes(windows, classes, workers, repetition, schemes)
+    rows = ur.monte_carlo_check(codes, ur.parse_ints(n_received, "--n"), trials=trials,
+                                seed=seed)
+    if json_out:
+        emit(json.dumps(rows, indent=1))
+        return
+    emit(f"{'scheme':<11} {'N':>3} {'class':>5} {'exact':>8} {'MC':>8} {'z':>6}")
+    for r in rows:
+        emit(f"{r['scheme']:<11} {r['N']:3d} {r['class'] + 1:5d} {r['exact']:8.4f} "
+             f"{r['monte_carlo']:8.4f} {r['z']:6.2f}")
+    worst = max((abs(r["z"]) for r in rows), default=0.0)
+    emit(f"{len(rows)} points, {trials} trials each; largest |z| = {worst:.2f}")
+
+
+@uep_app.command("train")
+def uep_train_cli(
+    output: Path = typer.Option(..., "--output", "-o", help="Per-step CSV (loss, accuracy, "
+                                "compute and simulated straggler time)."),
+    task: str = typer.Option("mnist5k-mlp", "--task", "-t", help="A built-in task; every "
+                             "nn.Linear's backward products are coded (CNNs: the dense layers)."),
+    scheme: str = typer.Option("ew-uep", "--scheme", help="uncoded, repetition, mds, eep, "
+                               "now-uep, ew-uep, or exact (plain autograd, no stragglers)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Workers n (mds, eep, UEP: "
+                                          "required; uncoded: K; repetition: r K)."),
+    windows: str = typer.Option("0.45,0.35,0.20", "--windows"),
+    classes: str = typer.Option("1,2,6", "--classes", help="Blocks per class (sum = 9 for the "
+                                "default 3x3 row-by-column blocks)."),
+    repetition: int = typer.Option(2, "--repetition"),
+    deadline: Optional[float] = typer.Option(None, "--deadline"),
+    wait_for: Optional[int] = typer.Option(None, "--wait-for"),
+    rate: float = typer.Option(1.0, "--rate"),
+    shift: float = typer.Option(0.0, "--shift"),
+    steps: int = typer.Option(300, "--steps"),
+    batch_size: int = typer.Option(64, "--batch-size"),
+    lr: float = typer.Option(0.1, "--lr"),
+    seed: int = typer.Option(0, "--seed"),
+    eval_every: int = typer.Option(25, "--eval-every"),
+    target: Optional[float] = typer.Option(None, "--target", help="Accuracy whose simulated "
+                                           "time-to-reach is reported (e.g. 0.85)."),
+    json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+):
+    """Train with coded back-propagation against stragglers, on a simulated clock.
+
+    Each dense layer's two backward products go through the coded distributed multiplication
+    with stragglers; the clock adds each product's waiting time to the compute time.
+
+    Example: co3 simulate uep train --scheme ew-uep --workers 15 --deadline 1.0 --steps 300 -o ew.csv
+
+    Example: co3 simulate uep train --scheme mds --workers 15 --wait-for 9 --target 0.85 -o mds.csv
+
+    Writes the CSV and, next to it, CSV.json with the config, versions and summary.
+    """
+    from co3cli.fileio import output_path
+    from co3cli.simulate.uep import report as ur
+    from co3cli.simulate.uep.train import StragglerConfig, train_coded
+
+    torch_one_thread()
+    cfg = None
+    if scheme != "exact":
+        cfg = StragglerConfig(scheme=scheme, workers=workers,
+                              windows=tuple(ur.parse_floats(windows, "--windows")),
+                              class_sizes=tuple(ur.parse_ints(classes, "--classes")),
+                              r=repetition, rate=rate, shift=shift, deadline=deadline,
+                              wait_for=wait_for, seed=seed).check()
+    from co3cli.simulate.fl import versions
+
+    def plain(o):
+        return o.tolist() if hasattr(o, "tolist") else str(o)
+
+    import contextlib
+
+    to_stdout = str(output) == "-"
+    side = None if to_stdout else output.with_name(output.name + ".json")
+    with output_path(output) as tmp, (contextlib.nullcontext() if to_stdout
+                                      else output_path(side)) as tmp_side:
+        res = train_coded(task, cfg, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                          eval_every=eval_every, out_csv=tmp, target_accuracy=target,
+                          progress=not quiet)
+        # the CSV's provenance: config, versions, summary (the CSV itself has no header room)
+        doc = {"schema": "co3.simulate-uep-train/1", "task": task, "steps": steps,
+               "batch_size": batch_size, "lr": lr, "seed": seed, "eval_every": eval_every,
+               "straggler": None if cfg is None else cfg.to_dict(), "versions": versions(),
+               "summary": res}
+        if tmp_side is not None:
+            tmp_side.write_text(json.dumps(doc, indent=1, default=plain) + "\n")
+    if json_out:
+        emit(json.dumps(res, indent=1, default=plain))
+    elif not quiet:
+        ttt = res.get("time_to_target")
+        emit(f"{res.get('label', scheme)}: final accuracy {100 * res['final_accuracy']:.2f} %, "
+             f"simulated time {res['total_sim_time']:.1f}"
+             + (f", reached {100 * target:.0f} % at {ttt:.1f}" if target and ttt is not None
+                else (f", never reached {100 * target:.0f} %" if target else ""))
+             + f" -> {output}")
+

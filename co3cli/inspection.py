@@ -1,0 +1,186 @@
+"""Whole files, described: what ``co3 inspect``, ``co3 report`` and ``co3 codebook`` compute.
+
+::
+
+    grads.co3 --inspect_co3------> Co3Info (every checksum verified, every table parsed; per
+                                   layer: shape, bytes, payload, table bytes, model, scales)
+    book.json --codebook_summary--> CodebookInfo (per table: model, beta, p0, bits of the zero
+                                   symbol, integer range, entropy of the table's distribution)
+    dump.h5 / grads.co3 --report_file--> the bits-per-entry report (``co3cli.report``), and a PNG
+    dump.h5 --build_codebook-----> book.json (``co3cli.codebook.build`` with the defaults of
+                                   ``co3 compress``) and a BookResult
+
+Each returns a result object (``to_dict()``: what ``--json`` prints); printing is the CLI's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from co3cli.errors import InputError
+
+
+@dataclass
+class Co3Info:
+    """A verified ``.co3`` file: version, sizes, header (without its layer list), layers."""
+
+    file: str
+    version: str
+    bytes: int
+    header_bytes: int
+    trailer_bytes: int
+    header: dict[str, Any]
+    layers: list[dict[str, Any]]
+    verified: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "verified": self.verified, "version": self.version,
+                "bytes": self.bytes, "header_bytes": self.header_bytes,
+                "trailer_bytes": self.trailer_bytes, "header": self.header, "layers": self.layers}
+
+
+def inspect_co3(src: str | Path) -> Co3Info:
+    """Verify ``src`` (a path, or ``-`` for stdin): magic, version, every checksum, every
+    table; CorruptDataError / InputError otherwise."""
+    from co3cli.codec import read_co3_setup
+    from co3cli.container import open_co3
+    from co3cli.fileio import input_path
+
+    name = str(src)
+    with input_path(src, ".co3 file") as p, open(p, "rb") as f:
+        co3 = open_co3(f, name)
+        grid, coder = read_co3_setup(co3.header)
+        layers = []
+        for block in co3.layers():
+            lay = co3.header["layers"][block.index]
+            layers.append({"name": lay["name"], "shape": lay["shape"], "numel": lay["numel"],
+                           "bytes": block.nbytes, "payload_bytes": block.payload_bytes,
+                           "table_bytes": len(block.table), "model": block.meta.get("model"),
+                           "scales": block.scales.tolist()})
+            coder.table_from_bytes(block.table, grid.nsym)  # the integer table parses
+        return Co3Info(file=name, version="%d.%d" % co3.version, bytes=co3.size,
+                       header_bytes=co3.header_bytes, trailer_bytes=co3.trailer_bytes,
+                       header={k: v for k, v in co3.header.items() if k != "layers"},
+                       layers=layers)
+
+
+@dataclass
+class CodebookInfo:
+    """A verified codebook: its fields (without the tables) and one summary row per table."""
+
+    file: str
+    fields: dict[str, Any]
+    format_id: str
+    nsym: int
+    tables: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, **self.fields, "tables": self.tables}
+
+
+def codebook_summary(path: str | Path) -> CodebookInfo:
+    """Load and verify the codebook ``path``; per layer its model, parameters and the table's
+    code lengths (Huffman) or frequencies (ANS) as a distribution."""
+    from co3cli import codebook as cb
+    from co3cli.formats import get_grid
+
+    b = cb.load(path)
+    grid = get_grid(b.format_id)
+    rows = []
+    for name, entry in b.doc["layers"].items():
+        ints = b.table_for(name).ints()
+        p = np.exp2(-ints.astype(float)) if "max_len" in b.doc["coder"] else ints / ints.sum()
+        p = p / p.sum()
+        meta = entry.get("meta", {})
+        params = meta.get("params", {})
+        rows.append({"name": name, "model": meta.get("model"), "beta": params.get("beta"),
+                     "p0": meta.get("p0"), "zero_bits": float(-np.log2(p[grid.K])),
+                     "min": int(ints[ints > 0].min()), "max": int(ints.max()),
+                     "entropy": float(-(p[p > 0] * np.log2(p[p > 0])).sum())})
+    return CodebookInfo(file=str(path), fields={k: v for k, v in b.doc.items() if k != "layers"},
+                        format_id=grid.id, nsym=grid.nsym, tables=rows)
+
+
+def is_co3(path: str | Path) -> bool:
+    """Whether the file starts with the ``.co3`` magic."""
+    from co3cli.container import MAGIC
+
+    with open(path, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC
+
+
+def report_file(src: str | Path, *, format=None, scale=None, coder=None, coder_params=None,
+                model=None, nonfinite: str = "error", progress: bool = False,
+                plot: str | Path | None = None) -> dict[str, Any]:
+    """The bits-per-entry report of a ``.co3`` file (as it was compressed) or of a dump
+    (compressed to a temporary file with these options); ``plot``: also draw a PNG."""
+    from co3cli import report
+    from co3cli.fileio import input_path
+
+    with input_path(src, "input") as p:
+        if is_co3(p):
+            options = {"--format": format, "--scale": scale, "--coder": coder, "--model": model,
+                       **{f"--{k.replace('_', '-')}": v for k, v in (coder_params or {}).items()}}
+            options = [k for k, v in options.items() if v is not None]
+            if options or nonfinite != "error":
+                raise InputError(f"{', '.join(options) or '--nonfinite'} only apply to a dump; "
+                                 f"{src} is a .co3 file, reported as it was compressed")
+            rep = report.report_co3(p, name=str(src), progress=progress,
+                                    keep_hist=plot is not None)
+        else:
+            rep = report.report_dump(p, format=format, scale=scale, coder=coder,
+                                     coder_params=coder_params, model=model,
+                                     nonfinite=nonfinite, progress=progress,
+                                     keep_hist=plot is not None)
+            rep["source"] = str(src)
+    if plot is not None:
+        from co3cli.plot import plot_report
+
+        plot_report(rep, plot)
+        for lay in rep["layers"]:
+            lay.pop("hist")
+    return rep
+
+
+@dataclass
+class BookResult:
+    """A codebook built from a dump and saved."""
+
+    output: str
+    layers: list[str]
+    format: str
+    coder: dict[str, Any]
+    model: str
+    checksum: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output": self.output, "layers": self.layers, "format": self.format,
+                "coder": self.coder, "model": self.model, "checksum": self.checksum}
+
+
+def build_codebook(src: str | Path, dst: str | Path, *, format=None, scale=None, coder=None,
+                   coder_params=None, model=None, steps=None, pooled: bool = False,
+                   nonfinite: str = "error", progress: bool = False) -> BookResult:
+    """Fit a model per layer (or one for all: ``pooled``) of the dump ``src`` (``steps``: only
+    those step indices) and save the integer tables as the codebook ``dst`` (``-``: stdout)."""
+    from co3cli import codebook as cb
+    from co3cli.codec import DEFAULT_CODER, DEFAULT_FORMAT, DEFAULT_MODEL
+    from co3cli.coding import get_coder
+    from co3cli.dump import Dump
+    from co3cli.fileio import output_file
+    from co3cli.formats import get_grid
+
+    grid = get_grid(format or DEFAULT_FORMAT)
+    coder_obj = get_coder(coder or DEFAULT_CODER, **(coder_params or {}))
+    model = model or DEFAULT_MODEL
+    with Dump.open(src, nonfinite=nonfinite) as dump:
+        book = cb.build(dump, grid, coder_obj, model=model, scale_rule=scale, pooled=pooled,
+                        steps=steps, progress=progress)
+    with output_file(dst) as f:
+        book.save(f)
+    return BookResult(output=str(dst), layers=list(book.doc["layers"]), format=grid.id,
+                      coder=coder_obj.config(), model=model, checksum=book.checksum)
