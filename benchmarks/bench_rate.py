@@ -53,7 +53,8 @@ import co3cli  # noqa: E402
 from co3cli import codebook as cb  # noqa: E402
 from co3cli.codec import compress  # noqa: E402
 from co3cli.tables import model_weights, scale_and_quantize  # noqa: E402
-from co3cli.coding import get_coder, huffman_lengths  # noqa: E402
+from co3cli.coding import get_coder  # noqa: E402
+from co3cli.coding.huffman import huffman_lengths  # noqa: E402
 from co3cli.container import open_co3  # noqa: E402
 from co3cli.data import SAMPLE_DATA_DIR  # noqa: E402
 from co3cli.dump import Dump  # noqa: E402

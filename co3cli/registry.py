@@ -17,7 +17,8 @@ classes, a ``PARAMS`` dict (name -> default). Configs travel as plain dicts ``{"
     CODERS.ids(), CODERS.allowed()                # CLI choices and help texts
 
 Error messages, CLI choices and help texts all come from the registry, so a new entry is one
-module plus one registration line.
+module plus one registration line. An entry in a heavy module (numba kernels) can be registered
+lazily (``register_lazy(id, "module:attr", doc=...)``): ``ids()``/``doc()`` then cost no import.
 """
 
 from __future__ import annotations
@@ -59,6 +60,14 @@ class Registry(Generic[T]):
         self._doc[key] = text.strip().split("\n")[0]
         return entry
 
+    def register_lazy(self, id: str, target: str, *, doc: str = "") -> None:
+        """Add an entry that lives in a heavy module (``"package.module:attr"``), imported on the
+        first ``get``: listing ids and docs (CLI help) then imports nothing of it."""
+        if id in self._entries:
+            raise InputError(f"{self.kind} {id!r} is already registered")
+        self._entries[id] = _Lazy(target)
+        self._doc[id] = doc
+
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 
@@ -76,6 +85,11 @@ class Registry(Generic[T]):
         """The first line of an entry's docstring (or the ``doc`` it was registered with)."""
         return self._doc[key]
 
+    @property
+    def describe(self) -> str:
+        """The open-ended part the ``fallback`` accepts, as the CLI spells it ("" if none)."""
+        return self._describe
+
     def allowed(self) -> str:
         """The valid values as the CLI spells them: ``"a, b, c"`` (plus the open-ended form)."""
         text = ", ".join(self._entries)
@@ -85,7 +99,10 @@ class Registry(Generic[T]):
         """The entry registered as ``key``; an unknown id raises InputError listing the allowed."""
         if isinstance(key, str):
             if key in self._entries:
-                return self._entries[key]
+                entry = self._entries[key]
+                if isinstance(entry, _Lazy):
+                    entry = self._entries[key] = entry.load()
+                return entry
             if self._fallback is not None:
                 found = self._fallback(key)
                 if found is not None:
@@ -108,6 +125,19 @@ class Registry(Generic[T]):
                              f"{self.allowed()}")
         params = dict(config)
         return self.build(params.pop("id"), **params)
+
+
+class _Lazy:
+    """A registry entry not imported yet: ``"package.module:attr"``."""
+
+    def __init__(self, target: str):
+        self.target = target
+
+    def load(self):
+        import importlib
+
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)
 
 
 class Configurable:

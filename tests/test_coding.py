@@ -12,10 +12,9 @@ from hypothesis import strategies as st
 import co3cli.coding
 import co3cli.coding.ans
 import co3cli.coding.huffman
-from co3cli.coding import (
-    AnsTable, HuffmanTable, coder_from_config, get_coder, huffman_lengths, quantize_freqs,
-)
-from co3cli.coding.ans import uvarints_from_bytes, uvarints_to_bytes
+from co3cli.coding import coder_from_config, get_coder
+from co3cli.coding.ans import AnsTable, quantize_freqs, uvarints_from_bytes, uvarints_to_bytes
+from co3cli.coding.huffman import HuffmanTable, huffman_lengths
 from co3cli.errors import CorruptDataError, InputError
 
 CODER_CONFIGS = [
@@ -326,7 +325,7 @@ def test_table_constructors_validate():
 
 
 def test_registry_errors_and_configs():
-    with pytest.raises(InputError, match=r"unknown coder 'arith'; allowed: huffman, ans, ctx"):
+    with pytest.raises(InputError, match=r"unknown coder 'arith'; allowed: ans, huffman, ctx"):
         get_coder("arith")
     with pytest.raises(InputError, match=r"allowed: max_len"):
         get_coder("huffman", precision=16)

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import co3cli.coding.ctx
-from co3cli.coding import CODERS, AnsTable, coder_from_config, get_coder, quantize_freqs
+from co3cli.coding import CODERS, coder_from_config, get_coder
+from co3cli.coding.ans import AnsTable, quantize_freqs
 from co3cli.coding.ctx import CtxCoder, CtxTable
 from co3cli.data import SAMPLE_DATA_DIR
 from co3cli.errors import CorruptDataError, InputError

@@ -11,18 +11,51 @@ import sys
 
 import typer
 
-FormatOpt = typer.Option(None, "--format", "-f",
-                         help="Grid: fp8-e5m2 (default), fp8-e4m3, fp8-143-b10, fp4-co3, fp4-e2m1, "
-                              "fpE.M[-bB][-ieee|-fn|-full], uniformB[-cX].")
-ScaleOpt = typer.Option(None, "--scale", "-s",
-                        help="Scale rule: absmax (default), gennorm-mse, co3-poly.")
-CoderOpt = typer.Option(None, "--coder", "-c",
-                        help="Entropy coder: ans (default; order-0 rANS), huffman, or ctx "
-                             "(context-adaptive: smallest files, ~5x slower).")
-ModelOpt = typer.Option(None, "--model", "-m",
-                        help="Model behind the table: gennorm-zi (default), gennorm2-zi (GenNorm mixture "
-                             "fitted to the cells; closest to the counts), gennorm, normal, "
-                             "normal-zi, laplace, laplace-zi, dweibull, empirical.")
+
+def choices(registry, default: str | None = None, docs: bool = False) -> str:
+    """A registry's ids as the CLI spells them (``a (default), b, c``; ``docs``: with their
+    one-line docs), for help texts: a new entry shows up here without touching the CLI."""
+    parts = []
+    for key in registry.ids():
+        notes = [n for n in ("default" if key == default else "", registry.doc(key) if docs else "")
+                 if n]
+        parts.append(f"{key} ({'; '.join(notes)})" if notes else key)
+    return ", ".join(parts)
+
+
+def kind_choices(kind: str) -> str:
+    """The valid values of an option of ``kind``, from its registry (for help texts)."""
+    if kind == "format":
+        from co3cli.formats import FORMATS
+
+        return f"{choices(FORMATS, 'fp8-e5m2')}, {FORMATS.describe}"
+    if kind == "scale":
+        from co3cli.scales import SCALE_RULES
+
+        return choices(SCALE_RULES, "absmax")
+    if kind == "coder":
+        from co3cli.coding import CODERS
+
+        return choices(CODERS, "ans", docs=True)
+    if kind == "model":
+        from co3cli.tables import TABLE_MODELS
+
+        return choices(TABLE_MODELS, "gennorm-zi")
+    if kind == "compressor":
+        from co3cli.compressors import COMPRESSORS
+
+        return choices(COMPRESSORS, "none")
+    if kind == "uep code":
+        from co3cli.simulate.uep import CODES
+
+        return choices(CODES)
+    raise ValueError(f"no registry for {kind!r}")
+
+
+FormatOpt = typer.Option(None, "--format", "-f", help=f"Grid: {kind_choices('format')}.")
+ScaleOpt = typer.Option(None, "--scale", "-s", help=f"Scale rule: {kind_choices('scale')}.")
+CoderOpt = typer.Option(None, "--coder", "-c", help=f"Entropy coder: {kind_choices('coder')}.")
+ModelOpt = typer.Option(None, "--model", "-m", help=f"Model behind the table: {kind_choices('model')}.")
 MaxLenOpt = typer.Option(None, "--max-len", help="Huffman: longest code length (default 16).")
 PrecisionOpt = typer.Option(None, "--precision", help="ANS: frequency table bits (default 16).")
 NonfiniteOpt = typer.Option("error", "--nonfinite",

@@ -13,7 +13,9 @@ from typing import List, Optional
 
 import typer
 
-from co3cli.cli.common import JsonOpt, QuietOpt, emit, emit_json, given, torch_one_thread
+from co3cli.cli.common import (
+    JsonOpt, QuietOpt, emit, emit_json, given, kind_choices, torch_one_thread,
+)
 
 simulate_app = typer.Typer(help="Simulate training through the codec: federated (fl, plot) "
                            "and against stragglers (uep).",
@@ -44,12 +46,10 @@ FL = SimpleNamespace(  # the options of `co3 simulate fl`, in the order --help l
     alpha=O(0.3, "--alpha", help="Dirichlet concentration over labels."),
     shards_per_client=O(2, "--shards-per-client"),
     participation=O(None, "--participation", help="Clients per round (default: all)."),
-    compressor=O("none", "--compressor", "-c", help="none, co3, qsgd, topk, signsgd, sketch, "
-                 "tinyscript."),
+    compressor=O("none", "--compressor", "-c", help=f"{kind_choices('compressor')}."),
     format=O(None, "--format", help="co3: grid (default fp8-e5m2)."),
-    scale=O(None, "--scale", help="co3: scale rule absmax, gennorm-mse, co3-poly."),
-    coder=O(None, "--coder", help="co3: ans (default), huffman, or ctx (context-adaptive: "
-            "smaller, slower)."),
+    scale=O(None, "--scale", help=f"co3: scale rule {kind_choices('scale')}."),
+    coder=O(None, "--coder", help=f"co3: {kind_choices('coder')}."),
     model=O(None, "--model", help="co3: symbol model (default gennorm-zi)."),
     refit_every=O(None, "--refit-every", help="co3: refit the model and scale every N rounds "
                   "(default 10)."),

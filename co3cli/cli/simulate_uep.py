@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from co3cli.cli.common import JsonOpt, QuietOpt, emit, torch_one_thread
+from co3cli.cli.common import JsonOpt, QuietOpt, emit, kind_choices, torch_one_thread
 from co3cli.errors import InputError
 
 uep_app = typer.Typer(help="UEP-coded matrix multiplication against stragglers: exact "
@@ -29,7 +29,7 @@ _UEP_SETTING = dict(
     repetition=typer.Option(2, "--repetition", help="Copies per block for the repetition "
                             "scheme."),
     schemes=typer.Option("now-uep,ew-uep,eep", "--schemes", help="Comma-"
-                         "separated: uncoded, repetition, mds, eep, now-uep, ew-uep."),
+                         f"separated: {kind_choices('uep code')}."),
 )
 
 

@@ -15,7 +15,8 @@ frequencies, as a codebook stores it), ``pmf()`` (the probabilities it codes wit
 ``nsym``.  ``coder.config()`` is the dict to write into a file header;
 ``coder_from_config(config)`` rebuilds the coder.  Coders are registered in ``CODERS``
 (:class:`co3cli.registry.Registry`): a new coder is one module with a ``Configurable`` class
-(``table_from_weights``/``table_from_ints``/``table_from_bytes``) plus one ``CODERS.register`` line.
+(``table_from_weights``/``table_from_ints``/``table_from_bytes``) plus one ``CODERS.register_lazy``
+line here (lazy: ``co3 --help`` lists the coders without compiling their kernels).
 
 Framing.  An rANS payload is self-delimiting already.  A Huffman payload is not (its last
 byte is padded), so the common ``encode`` prepends the exact bit count::
@@ -40,123 +41,19 @@ Example::
 
 from __future__ import annotations
 
-import numpy as np
+from co3cli.registry import Registry
 
-from co3cli.coding.ans import (
-    AnsTable, check_precision, quantize_freqs, uvarints_from_bytes, uvarints_to_bytes,
-)
-from co3cli.coding.ctx import CtxCoder
-from co3cli.coding.huffman import HuffmanTable, check_max_len, huffman_lengths
-from co3cli.errors import CorruptDataError
-from co3cli.registry import Configurable, Registry
-
-__all__ = [
-    "AnsTable", "HuffmanTable", "FramedHuffmanTable", "HuffmanCoder", "AnsCoder", "CtxCoder",
-    "CODERS", "get_coder", "coder_from_config", "huffman_lengths", "quantize_freqs", "row_length",
-]
-
-
-class FramedHuffmanTable:
-    """A :class:`HuffmanTable` with the common, self-delimiting ``encode``/``decode``."""
-
-    def __init__(self, raw: HuffmanTable):
-        self.raw = raw
-
-    @property
-    def nsym(self) -> int:
-        return self.raw.nsym
-
-    def encode(self, sym, cols=None) -> bytes:
-        """``uvarint(nbits) + payload``."""
-        payload, nbits = self.raw.encode(sym)
-        return uvarints_to_bytes([nbits]) + payload
-
-    def decode(self, payload: bytes, n: int, cols=None) -> np.ndarray:
-        """Parse the bit count, then decode exactly ``n`` symbols from the rest."""
-        payload = bytes(payload)
-        (nbits,), used = uvarints_from_bytes(payload[:10], 1, "Huffman frame")
-        return self.raw.decode(payload[used:], int(nbits), n)
-
-    def expected_bits(self, counts) -> float:
-        """Payload bits, not counting the few bytes of the bit-count prefix."""
-        return self.raw.expected_bits(counts)
-
-    def to_bytes(self) -> bytes:
-        return self.raw.to_bytes()
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.raw.lengths
-
-    def ints(self) -> np.ndarray:
-        """The integer table (code lengths, int64; 0: the symbol cannot be coded)."""
-        return self.raw.lengths.astype(np.int64)
-
-    def pmf(self) -> np.ndarray:
-        """The probabilities the code is optimal for: 2**-length (0 where the length is 0)."""
-        ln = self.ints()
-        return np.where(ln > 0, np.exp2(-ln.astype(np.float64)), 0.0)
-
+__all__ = ["CODERS", "get_coder", "coder_from_config", "row_length"]
 
 CODERS: Registry = Registry("coder")
-"""Registry: stable id -> coder class (its ``PARAMS`` dict lists the allowed parameters)."""
-
-
-@CODERS.register(doc="canonical length-limited Huffman (>= 1 bit per entry)")
-class HuffmanCoder(Configurable):
-    """Length-limited canonical Huffman (see :mod:`co3cli.coding.huffman`)."""
-
-    id, kind = "huffman", "coder"
-    PARAMS = {"max_len": 16}
-
-    def check(self) -> None:
-        self.params["max_len"] = self.max_len = check_max_len(self.params["max_len"])
-
-    def table_from_weights(self, weights) -> FramedHuffmanTable:
-        lengths = huffman_lengths(weights, self.max_len)
-        return FramedHuffmanTable(HuffmanTable(lengths, self.max_len))
-
-    def table_from_ints(self, lengths) -> FramedHuffmanTable:
-        """Table from integer code lengths (as saved in a codebook file)."""
-        return FramedHuffmanTable(HuffmanTable(lengths, self.max_len))
-
-    def table_from_bytes(self, data: bytes, nsym: int) -> FramedHuffmanTable:
-        raw = HuffmanTable.from_bytes(data, nsym)
-        if raw.max_len != self.max_len:
-            raise CorruptDataError(
-                f"Huffman table: stored max_len={raw.max_len}, coder config says {self.max_len}"
-            )
-        return FramedHuffmanTable(raw)
-
-
-@CODERS.register(doc="order-0 rANS (within 0.01 % of the entropy)")
-class AnsCoder(Configurable):
-    """Range ANS with a 64-bit state (see :mod:`co3cli.coding.ans`)."""
-
-    id, kind = "ans", "coder"
-    PARAMS = {"precision": 16}
-
-    def check(self) -> None:
-        self.params["precision"] = self.precision = check_precision(self.params["precision"])
-
-    def table_from_weights(self, weights) -> AnsTable:
-        return AnsTable(quantize_freqs(weights, self.precision), self.precision)
-
-    def table_from_ints(self, freqs) -> AnsTable:
-        """Table from integer frequencies (as saved in a codebook file)."""
-        return AnsTable(freqs, self.precision)
-
-    def table_from_bytes(self, data: bytes, nsym: int) -> AnsTable:
-        table = AnsTable.from_bytes(data, nsym)
-        if table.precision != self.precision:
-            raise CorruptDataError(
-                f"rANS table: stored precision={table.precision}, "
-                f"coder config says {self.precision}"
-            )
-        return table
-
-
-CODERS.register(CtxCoder, doc="context-adaptive binary range coder (smallest files, slower)")
+"""Registry: stable id -> coder class (its ``PARAMS`` dict lists the allowed parameters). The
+classes live beside their numba kernels and are imported on first use."""
+CODERS.register_lazy("ans", "co3cli.coding.ans:AnsCoder",
+                     doc="order-0 rANS, within 0.01 % of the table's cross-entropy")
+CODERS.register_lazy("huffman", "co3cli.coding.huffman:HuffmanCoder",
+                     doc="canonical length-limited Huffman, at least 1 bit per entry")
+CODERS.register_lazy("ctx", "co3cli.coding.ctx:CtxCoder",
+                     doc="context-adaptive range coder: smallest files, ~5x slower")
 
 
 def get_coder(id: str, **params):

@@ -57,6 +57,7 @@ from numba import njit
 
 from co3cli.coding.huffman import MAX_NSYM, as_symbols, as_weights, check_count, check_int
 from co3cli.errors import CorruptDataError, InputError
+from co3cli.registry import Configurable
 from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes  # noqa: F401 (re-exported)
 
 STATE_LOW = 1 << 31
@@ -308,3 +309,29 @@ class AnsTable:
             return cls(freqs, data[0])
         except InputError as err:
             raise CorruptDataError(f"rANS table: {err}") from None
+
+
+class AnsCoder(Configurable):
+    """Range ANS with a 64-bit state (see :mod:`co3cli.coding.ans`)."""
+
+    id, kind = "ans", "coder"
+    PARAMS = {"precision": 16}
+
+    def check(self) -> None:
+        self.params["precision"] = self.precision = check_precision(self.params["precision"])
+
+    def table_from_weights(self, weights) -> AnsTable:
+        return AnsTable(quantize_freqs(weights, self.precision), self.precision)
+
+    def table_from_ints(self, freqs) -> AnsTable:
+        """Table from integer frequencies (as saved in a codebook file)."""
+        return AnsTable(freqs, self.precision)
+
+    def table_from_bytes(self, data: bytes, nsym: int) -> AnsTable:
+        table = AnsTable.from_bytes(data, nsym)
+        if table.precision != self.precision:
+            raise CorruptDataError(
+                f"rANS table: stored precision={table.precision}, "
+                f"coder config says {self.precision}"
+            )
+        return table

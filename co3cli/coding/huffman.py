@@ -51,6 +51,8 @@ import numpy as np
 from numba import njit
 
 from co3cli.errors import CorruptDataError, InputError
+from co3cli.registry import Configurable
+from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
 
 MAX_NSYM = 4095
 """Largest alphabet: symbols are uint16 and a table entry keeps the symbol in 12 bits."""
@@ -391,3 +393,75 @@ class HuffmanTable:
             return cls(lengths, max_len)
         except InputError as err:
             raise CorruptDataError(f"Huffman table: {err}") from None
+
+
+# ---------------------------------------------------------------------------------------
+# The coder: framed tables (self-delimiting payloads)
+
+
+class FramedHuffmanTable:
+    """A :class:`HuffmanTable` with the common, self-delimiting ``encode``/``decode``."""
+
+    def __init__(self, raw: HuffmanTable):
+        self.raw = raw
+
+    @property
+    def nsym(self) -> int:
+        return self.raw.nsym
+
+    def encode(self, sym, cols=None) -> bytes:
+        """``uvarint(nbits) + payload``."""
+        payload, nbits = self.raw.encode(sym)
+        return uvarints_to_bytes([nbits]) + payload
+
+    def decode(self, payload: bytes, n: int, cols=None) -> np.ndarray:
+        """Parse the bit count, then decode exactly ``n`` symbols from the rest."""
+        payload = bytes(payload)
+        (nbits,), used = uvarints_from_bytes(payload[:10], 1, "Huffman frame")
+        return self.raw.decode(payload[used:], int(nbits), n)
+
+    def expected_bits(self, counts) -> float:
+        """Payload bits, not counting the few bytes of the bit-count prefix."""
+        return self.raw.expected_bits(counts)
+
+    def to_bytes(self) -> bytes:
+        return self.raw.to_bytes()
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.raw.lengths
+
+    def ints(self) -> np.ndarray:
+        """The integer table (code lengths, int64; 0: the symbol cannot be coded)."""
+        return self.raw.lengths.astype(np.int64)
+
+    def pmf(self) -> np.ndarray:
+        """The probabilities the code is optimal for: 2**-length (0 where the length is 0)."""
+        ln = self.ints()
+        return np.where(ln > 0, np.exp2(-ln.astype(np.float64)), 0.0)
+
+
+class HuffmanCoder(Configurable):
+    """Length-limited canonical Huffman (see :mod:`co3cli.coding.huffman`)."""
+
+    id, kind = "huffman", "coder"
+    PARAMS = {"max_len": 16}
+
+    def check(self) -> None:
+        self.params["max_len"] = self.max_len = check_max_len(self.params["max_len"])
+
+    def table_from_weights(self, weights) -> FramedHuffmanTable:
+        lengths = huffman_lengths(weights, self.max_len)
+        return FramedHuffmanTable(HuffmanTable(lengths, self.max_len))
+
+    def table_from_ints(self, lengths) -> FramedHuffmanTable:
+        """Table from integer code lengths (as saved in a codebook file)."""
+        return FramedHuffmanTable(HuffmanTable(lengths, self.max_len))
+
+    def table_from_bytes(self, data: bytes, nsym: int) -> FramedHuffmanTable:
+        raw = HuffmanTable.from_bytes(data, nsym)
+        if raw.max_len != self.max_len:
+            raise CorruptDataError(
+                f"Huffman table: stored max_len={raw.max_len}, coder config says {self.max_len}"
+            )
+        return FramedHuffmanTable(raw)
