@@ -6,6 +6,7 @@
         fit                                         co3cli.cli.fit
         capture                                     co3cli.cli.capture
         demo                                        co3cli.cli.demo
+        samples                                     co3cli.cli.samples
         codebook build | show                       co3cli.cli.codebook
         simulate fl | plot                          co3cli.cli.simulate_fl
         simulate uep analyze | mc | train           co3cli.cli.simulate_uep
@@ -26,7 +27,7 @@ import sys
 import typer
 
 from co3cli import __version__
-from co3cli.cli import capture, codec, demo, fit
+from co3cli.cli import capture, codec, demo, fit, samples
 from co3cli.cli.codebook import codebook_app
 from co3cli.cli.simulate_fl import simulate_app
 from co3cli.cli.simulate_uep import uep_app
@@ -44,7 +45,7 @@ app = typer.Typer(
 for _name, _command in (("compress", codec.compress_cli), ("decompress", codec.decompress_cli),
                         ("inspect", codec.inspect_cli), ("report", codec.report_cli),
                         ("fit", fit.fit_cli), ("capture", capture.capture_cli),
-                        ("demo", demo.demo_cli)):
+                        ("demo", demo.demo_cli), ("samples", samples.samples_cli)):
     app.command(_name)(_command)
 app.add_typer(codebook_app, name="codebook")
 app.add_typer(simulate_app, name="simulate")
