@@ -8,14 +8,12 @@ default, the provenance side file of ``train``) moves into the library with it.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from co3cli.cli.common import JsonOpt, QuietOpt, emit, kind_choices, torch_one_thread
-from co3cli.errors import InputError
 
 uep_app = typer.Typer(help="UEP-coded matrix multiplication against stragglers: exact "
                        "analysis, Monte Carlo, coded back-propagation.", no_args_is_help=True)
@@ -66,24 +64,21 @@ def uep_analyze_cli(
 
     Example: co3 simulate uep analyze --error-vs-time --schemes uncoded,repetition,mds,eep,now-uep,ew-uep --plot uep.png
     """
-    from co3cli.fileio import output_path
     from co3cli.simulate.uep import report as ur
 
     codes = _uep_codes(windows, classes, workers, repetition, schemes)
     L = next(iter(codes.values())).n_classes
-    e = None
-    if error_vs_time or energies is not None:
-        e = ur.parse_floats(energies, "--energies") if energies else [10.0 ** (1 - c)
-                                                                       for c in range(L)]
-        if len(e) != L or any(not (math.isfinite(v) and v >= 0) for v in e):
-            raise InputError(f"--energies needs {L} values >= 0 (one per class), got {e}")
+    e = ur.class_energies(energies, L) if error_vs_time or energies is not None else None
     res = ur.analyze(codes, energies=e, rate=rate, shift=shift, t_max=t_max, points=points)
     if plot is not None:
-        with output_path(plot) as tmp:
-            ur.plot_analysis(res, tmp)
+        ur.write_plot(res, plot)
     if json_out:
         emit(json.dumps(res, indent=1))
-        return
+    else:
+        _print_analysis(res, L)
+
+
+def _print_analysis(res: dict, L: int) -> None:
     for sid, sres in res["schemes"].items():
         emit(f"{sid} ({sres['workers']} workers): P(class decoded | N)")
         N = sres["N"]
@@ -136,8 +131,8 @@ def uep_train_cli(
                                 "compute and simulated straggler time)."),
     task: str = typer.Option("mnist5k-mlp", "--task", "-t", help="A built-in task; every "
                              "nn.Linear's backward products are coded (CNNs: the dense layers)."),
-    scheme: str = typer.Option("ew-uep", "--scheme", help="uncoded, repetition, mds, eep, "
-                               "now-uep, ew-uep, or exact (plain autograd, no stragglers)."),
+    scheme: str = typer.Option("ew-uep", "--scheme", help=f"{kind_choices('uep code')}, or "
+                               "exact (plain autograd, no stragglers)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Workers n (mds, eep, UEP: "
                                           "required; uncoded: K; repetition: r K)."),
     windows: str = typer.Option("0.45,0.35,0.20", "--windows"),
@@ -168,46 +163,19 @@ def uep_train_cli(
 
     Writes the CSV and, next to it, CSV.json with the config, versions and summary.
     """
-    from co3cli.fileio import output_path
     from co3cli.simulate.uep import report as ur
-    from co3cli.simulate.uep.train import StragglerConfig, train_coded
 
     torch_one_thread()
-    cfg = None
-    if scheme != "exact":
-        cfg = StragglerConfig(scheme=scheme, workers=workers,
-                              windows=tuple(ur.parse_floats(windows, "--windows")),
-                              class_sizes=tuple(ur.parse_ints(classes, "--classes")),
-                              r=repetition, rate=rate, shift=shift, deadline=deadline,
-                              wait_for=wait_for, seed=seed).check()
-    from co3cli.simulate.fl import versions
-
-    def plain(o):
-        return o.tolist() if hasattr(o, "tolist") else str(o)
-
-    import contextlib
-
-    to_stdout = str(output) == "-"
-    side = None if to_stdout else output.with_name(output.name + ".json")
-    with output_path(output) as tmp, (contextlib.nullcontext() if to_stdout
-                                      else output_path(side)) as tmp_side:
-        res = train_coded(task, cfg, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
-                          eval_every=eval_every, out_csv=tmp, target_accuracy=target,
-                          progress=not quiet)
-        # the CSV's provenance: config, versions, summary (the CSV itself has no header room)
-        doc = {"schema": "co3.simulate-uep-train/1", "task": task, "steps": steps,
-               "batch_size": batch_size, "lr": lr, "seed": seed, "eval_every": eval_every,
-               "straggler": None if cfg is None else cfg.to_dict(), "versions": versions(),
-               "summary": res}
-        if tmp_side is not None:
-            tmp_side.write_text(json.dumps(doc, indent=1, default=plain) + "\n")
+    cfg = ur.straggler_setting(scheme, workers=workers, windows=windows, classes=classes,
+                               repetition=repetition, rate=rate, shift=shift, deadline=deadline,
+                               wait_for=wait_for, seed=seed)
+    res = ur.train_to_files(task, cfg, output, steps=steps, batch_size=batch_size, lr=lr,
+                            seed=seed, eval_every=eval_every, target=target, progress=not quiet)
     if json_out:
-        emit(json.dumps(res, indent=1, default=plain))
+        emit(ur.to_json(res))
     elif not quiet:
         ttt = res.get("time_to_target")
+        reach = ("" if not target else f", reached {100 * target:.0f} % at {ttt:.1f}"
+                 if ttt is not None else f", never reached {100 * target:.0f} %")
         emit(f"{res.get('label', scheme)}: final accuracy {100 * res['final_accuracy']:.2f} %, "
-             f"simulated time {res['total_sim_time']:.1f}"
-             + (f", reached {100 * target:.0f} % at {ttt:.1f}" if target and ttt is not None
-                else (f", never reached {100 * target:.0f} %" if target else ""))
-             + f" -> {output}")
-
+             f"simulated time {res['total_sim_time']:.1f}{reach} -> {output}")

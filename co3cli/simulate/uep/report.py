@@ -159,3 +159,73 @@ def parse_floats(text: str, name: str) -> list[float]:
 
 def parse_ints(text: str, name: str) -> list[int]:
     return parse_list(text, name, int)
+
+
+def class_energies(energies: str | None, n_classes: int) -> list[float]:
+    """Per-class block energies from ``--energies`` (default ``10, 1, 0.1, ...``), checked."""
+    e = parse_floats(energies, "--energies") if energies else [10.0 ** (1 - c)
+                                                               for c in range(n_classes)]
+    if len(e) != n_classes or any(not (math.isfinite(v) and v >= 0) for v in e):
+        raise InputError(f"--energies needs {n_classes} values >= 0 (one per class), got {e}")
+    return e
+
+
+def write_plot(result: dict[str, Any], path: Any) -> None:
+    """:func:`plot_analysis` into ``path``, which appears only when the plot is complete."""
+    from co3cli.fileio import output_path
+
+    with output_path(path) as tmp:
+        plot_analysis(result, tmp)
+
+
+def straggler_setting(scheme: str, *, workers, windows: str, classes: str, repetition: int,
+                      rate: float, shift: float, deadline, wait_for, seed: int):
+    """The ``StragglerConfig`` of ``co3 simulate uep train`` (None for ``exact``: no code)."""
+    if scheme == "exact":
+        return None
+    from co3cli.simulate.uep.train import StragglerConfig
+
+    return StragglerConfig(scheme=scheme, workers=workers,
+                           windows=tuple(parse_floats(windows, "--windows")),
+                           class_sizes=tuple(parse_ints(classes, "--classes")), r=repetition,
+                           rate=rate, shift=shift, deadline=deadline, wait_for=wait_for,
+                           seed=seed).check()
+
+
+def _plain(o):
+    return o.tolist() if hasattr(o, "tolist") else str(o)
+
+
+def to_json(obj) -> str:
+    """JSON of a training summary (numpy values as lists, anything else as text)."""
+    import json
+
+    return json.dumps(obj, indent=1, default=_plain)
+
+
+def train_to_files(task: str, cfg, output, *, steps: int, batch_size: int, lr: float, seed: int,
+                   eval_every: int, target: float | None, progress: bool) -> dict[str, Any]:
+    """Run ``train_coded`` into the CSV ``output`` (path or ``-``) and, beside a path, its
+    provenance ``output.json`` (``co3.simulate-uep-train/1``: config, versions, summary); both
+    appear only when the run finished. Returns the summary."""
+    import contextlib
+    from pathlib import Path
+
+    from co3cli.fileio import output_path
+    from co3cli.simulate.fl import versions
+    from co3cli.simulate.uep.train import train_coded
+
+    to_stdout = str(output) == "-"
+    side = None if to_stdout else Path(output).with_name(Path(output).name + ".json")
+    with output_path(output) as tmp, (contextlib.nullcontext() if to_stdout
+                                      else output_path(side)) as tmp_side:
+        res = train_coded(task, cfg, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                          eval_every=eval_every, out_csv=tmp, target_accuracy=target,
+                          progress=progress)
+        doc = {"schema": "co3.simulate-uep-train/1", "task": task, "steps": steps,
+               "batch_size": batch_size, "lr": lr, "seed": seed, "eval_every": eval_every,
+               "straggler": None if cfg is None else cfg.to_dict(), "versions": versions(),
+               "summary": res}
+        if tmp_side is not None:
+            tmp_side.write_text(to_json(doc) + "\n")
+    return res
