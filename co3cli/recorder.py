@@ -527,7 +527,7 @@ class GradientRecorder:
         """
         if self.closed:
             raise InputError(f"recorder for {self.path} is closed")
-        from co3cli.dump import _attr_value
+        from co3cli.dump.schema import attr_value as _attr_value
 
         for key in attrs:
             if key in _RESERVED_ATTRS:
