@@ -352,7 +352,8 @@ def capture_cli(
 
     Example: co3 capture --task digits-mlp --steps 100 -o - | co3 report - --format fp8-e5m2
     """
-    from co3cli.capture import capture, capture_entry, summary_dict
+    from co3cli.capture import capture, summary_dict
+    from co3cli.jobs import capture_entry
 
     _torch_one_thread()
     common = dict(steps=steps, epochs=epochs, seed=seed, every=every, layers=layers,

@@ -117,7 +117,7 @@ def _real(name: str, v: Any, lo: float, hi: float = math.inf, lo_open: bool = Fa
 
 def check_config(cfg: FLConfig):
     """Validate ``cfg`` (InputError naming the field); return the configured compressor."""
-    from co3cli.capture import get_task
+    from co3cli.tasks import get_task
     from co3cli.simulate.compressors import get_compressor
 
     get_task(cfg.task)
@@ -318,7 +318,7 @@ class Simulation:
     def __init__(self, cfg: FLConfig, comp):
         import torch
 
-        from co3cli.capture import build_model, load_task_data
+        from co3cli.tasks import build_model, load_task_data
 
         self.cfg, self.comp = cfg, comp
         root = np.random.SeedSequence(cfg.seed)
