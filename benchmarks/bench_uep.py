@@ -193,7 +193,7 @@ def analysis(out: Path, trials: int) -> dict:
     import matplotlib.pyplot as plt
     import torch.nn.functional as F
 
-    from co3cli.capture import build_model, load_task_data
+    from co3cli.tasks import build_model, load_task_data
 
     res: dict = {}
     # (1) decode probability, Gamma (0.40, 0.35, 0.25), classes 3,3,3, 30 workers

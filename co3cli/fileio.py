@@ -29,6 +29,19 @@ def created_timestamp() -> str:
     return when.isoformat(timespec="seconds")
 
 
+def versions() -> dict[str, str]:
+    """The versions a run's outputs record (co3cli, torch, numpy, python)."""
+    import platform
+
+    import numpy as np
+    import torch
+
+    from co3cli import __version__
+
+    return {"co3cli": __version__, "torch": torch.__version__, "numpy": np.__version__,
+            "python": platform.python_version()}
+
+
 @contextlib.contextmanager
 def input_path(path: str | os.PathLike, what: str = "input") -> Iterator[Path]:
     """A real, seekable path for ``path``; ``-`` spools stdin to a temporary file."""

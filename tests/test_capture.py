@@ -11,10 +11,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from co3cli.capture import OPTIMIZERS, TASKS, build_model, capture  # noqa: E402
+from co3cli.capture import capture  # noqa: E402
 from co3cli.data import load_dataset, train_test_split  # noqa: E402
 from co3cli.dump import Dump  # noqa: E402
 from co3cli.errors import InputError  # noqa: E402
+from co3cli.tasks import OPTIMIZERS, TASKS, build_model  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -193,7 +194,8 @@ def test_datasets_load_normalised_and_split_deterministically(monkeypatch, tmp_p
 
 # -- epochs, epoch averages, NaN/Inf policy, the synthetic ResNet, --entry jobs, disk errors ------
 
-from co3cli.capture import capture_entry, job_fields, load_entry, synthetic_dataset  # noqa: E402
+from co3cli.jobs import capture_entry, job_fields, load_entry  # noqa: E402
+from co3cli.tasks import synthetic_dataset  # noqa: E402
 
 EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "my_job.py"
 
@@ -250,7 +252,7 @@ def test_synthetic_cifar_resnet_is_deterministic_labelled_and_learnable(tmp_path
     ds1, ds2 = synthetic_dataset("synthetic-cifar"), synthetic_dataset("synthetic-cifar")
     assert ds1.x.shape == (1280, 3, 32, 32) and torch.equal(ds1.x, ds2.x)
     assert torch.equal(ds1.y, ds2.y) and torch.bincount(ds1.y, minlength=10).min() > 50
-    from co3cli.capture import build_model
+    from co3cli.tasks import build_model
 
     model = build_model("synthetic-cifar-resnet")
     assert 2_000_000 < sum(p.numel() for p in model.parameters()) < 5_000_000
@@ -404,7 +406,7 @@ def test_disk_full_removes_the_partial_dump(tmp_path, monkeypatch):
 
 
 def test_stdout_sink_finishes_short_writes_and_counts_bytes():
-    from co3cli.capture import _CountingWriter
+    from co3cli.dump.output import CountingWriter
 
     class Pipe:  # takes at most 1000 bytes per call, like a full pipe
         def __init__(self):
@@ -418,7 +420,7 @@ def test_stdout_sink_finishes_short_writes_and_counts_bytes():
             pass
 
     pipe = Pipe()
-    sink = _CountingWriter(pipe)
+    sink = CountingWriter(pipe)
     data = bytes(range(256)) * 40
     assert sink.write(data) == len(data) and sink.nbytes == len(data) and pipe.buf == data
 

@@ -1,4 +1,4 @@
-"""The co3.gradients/1 dump: round trips, streaming, and every validation failure."""
+"""The co3.gradients/1 dump: round trips, step-by-step writing, and every validation failure."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from co3cli.data import SAMPLE_DATA_DIR
-from co3cli.dump import SCHEMA, Dump, DumpWriter, write_dump
+from co3cli.dump import SCHEMA, Dump, DumpWriter, StepWriter, write_dump
 from co3cli.errors import InputError
 
 
@@ -66,14 +66,16 @@ def test_round_trip_whole_layers(tmp_path):
     assert _no_leftovers(tmp_path) == ["d.h5"]
 
 
-def test_round_trip_append_step_to_file_object(tmp_path):
+def test_round_trip_step_by_step_read_from_file_object(tmp_path):
     rng = np.random.default_rng(1)
     grads = [{"w": rng.standard_normal((2, 3)), "b": rng.standard_normal(3)} for _ in range(5)]
-    buf = io.BytesIO()
-    with DumpWriter(buf, {"task": "stream"}) as w:
-        for i, g in enumerate(grads):
-            w.append_step(100 + i, g, loss=float(i))
-    buf.seek(0)
+    path = tmp_path / "s.h5"
+    w = StepWriter(path, {"w": (2, 3), "b": (3,)}, attrs={"task": "stream"})
+    for i, g in enumerate(grads):
+        w.write(100 + i, {k: v.reshape(-1).astype(np.float32) for k, v in g.items()},
+                loss=float(i))
+    w.close()
+    buf = io.BytesIO(path.read_bytes())
     with Dump.open(buf) as d:
         assert d.layers == ["w", "b"]
         assert d.shape("w") == (2, 3) and d.shape("b") == (3,)
@@ -336,22 +338,6 @@ WRITER_ERRORS = {
         lambda w: (w.add_layer("a", np.ones((2, 3)), (3,)), w.set_steps([1, 2, 3])),
         "steps has 3 rows/steps but earlier data has 2",
     ),
-    "mixed modes": (
-        lambda w: (w.append_step(0, {"a": np.ones(3)}), w.add_layer("b", np.ones((1, 3)), (3,))),
-        "cannot mix",
-    ),
-    "changed layers": (
-        lambda w: (w.append_step(0, {"a": np.ones(3)}), w.append_step(1, {"b": np.ones(3)})),
-        "append_step got layers ['b']",
-    ),
-    "changed shape": (
-        lambda w: (w.append_step(0, {"a": np.ones(3)}), w.append_step(1, {"a": np.ones(4)})),
-        "step 1 has shape (4,), expected (3,)",
-    ),
-    "loss sometimes": (
-        lambda w: (w.append_step(0, {"a": np.ones(3)}, 1.0), w.append_step(1, {"a": np.ones(3)})),
-        "give loss on every append_step or on none",
-    ),
     "bad attr": (None, "attribute 'x': cannot store a value of type object"),
 }
 
@@ -367,6 +353,36 @@ def test_writer_errors_leave_no_file(tmp_path, case):
                 action(w)
     assert message in str(info.value)
     assert _no_leftovers(tmp_path) == []
+
+
+ONE = np.ones(3, np.float32)
+STEP_WRITER_ERRORS = {  # step by step: the committed steps before the bad one stay valid
+    "changed layers": (
+        lambda w: (w.write(0, {"a": ONE}), w.write(1, {"b": ONE})),
+        "step 1 gives layers ['b'], expected ['a']",
+    ),
+    "changed shape": (
+        lambda w: (w.write(0, {"a": ONE}), w.write(1, {"a": np.ones(4, np.float32)})),
+        "layer 'a' row must be float32 (3,), got float32 (4,)",
+    ),
+    "loss sometimes": (
+        lambda w: (w.write(0, {"a": ONE}, 1.0), w.write(1, {"a": ONE})),
+        "loss was given for the earlier steps; give loss on every recorded step or on none",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STEP_WRITER_ERRORS))
+def test_step_writer_errors_keep_the_committed_steps(tmp_path, case):
+    action, message = STEP_WRITER_ERRORS[case]
+    w = StepWriter(tmp_path / "out.h5", {"a": (3,)})
+    with pytest.raises(InputError) as info:
+        action(w)
+    w.close()
+    assert message in str(info.value)
+    assert _no_leftovers(tmp_path) == ["out.h5"]
+    with Dump.open(tmp_path / "out.h5") as d:
+        assert d.steps.tolist() == [0] and d.read_layer("a").tolist() == [[1, 1, 1]]
 
 
 def test_writer_rejects_missing_directory_and_bad_compression(tmp_path):

@@ -520,7 +520,7 @@ def test_background_writer_records_exactly_what_backward_produced(tmp_path, set_
     model = mlp()
     with GradientRecorder(model, tmp_path / "d.h5") as rec:
         copies = _loop(model, rec, 12, set_to_none=set_to_none, accumulate=accumulate)
-        borrowed = len(rec._copy_keys) == 0
+        borrowed = len(rec._bg.copied_keys) == 0
     assert borrowed == (set_to_none and accumulate == 1)
     with Dump.open(tmp_path / "d.h5") as d:
         assert d.steps.tolist() == list(range(12))

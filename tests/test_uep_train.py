@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from co3cli.capture import build_model, load_task_data  # noqa: E402
+from co3cli.tasks import build_model, load_task_data  # noqa: E402
 from co3cli.errors import InputError  # noqa: E402
 from co3cli.simulate.uep.train import (  # noqa: E402
     CSV_COLUMNS, CodedBackprop, StragglerConfig, train_coded)

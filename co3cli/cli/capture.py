@@ -7,14 +7,13 @@ from typing import Optional
 
 import typer
 
-from co3cli.cli.common import JsonOpt, QuietOpt, emit, emit_json, torch_one_thread
+from co3cli.cli.common import JsonOpt, QuietOpt, emit, emit_json, kind_choices, torch_one_thread
 from co3cli.errors import InputError
 
 O = typer.Option
 CAP = SimpleNamespace(  # the options of `co3 capture`, in the order --help lists them
-    task=O(None, "--task", "-t", help="Built-in task (default digits-mlp): digits-mlp, "
-           "digits-cnn, mnist5k-mlp, mnist5k-cnn, synthetic-cifar-resnet (synthetic 3x32x32 "
-           "data)."),
+    task=O(None, "--task", "-t", help=f"Built-in task: {kind_choices('task', 'digits-mlp')} "
+           "(synthetic-*: generated data)."),
     entry=O(None, "--entry", "-e", help="Your code instead of a task: module:function or "
             "path/to/file.py:function returning a job dict {model, data, loss_fn[, optimizer]"
             "[, lr]}."),
@@ -51,7 +50,8 @@ def capture_cli(
 
     Example: co3 capture --task digits-mlp --steps 100 -o - | co3 report - --format fp8-e5m2
     """
-    from co3cli.capture import capture, capture_entry, summary_dict
+    from co3cli.capture import capture, summary_dict
+    from co3cli.jobs import capture_entry
 
     torch_one_thread()
     common = dict(steps=steps, epochs=epochs, seed=seed, every=every, layers=layers,

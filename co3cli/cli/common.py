@@ -23,8 +23,9 @@ def choices(registry, default: str | None = None, docs: bool = False) -> str:
     return ", ".join(parts)
 
 
-def kind_choices(kind: str) -> str:
-    """The valid values of an option of ``kind``, from its registry (for help texts)."""
+def kind_choices(kind: str, default: str | None = None) -> str:
+    """The valid values of an option of ``kind``, from its registry (for help texts); ``default``
+    marks the default where the command sets its own (tasks)."""
     if kind == "format":
         from co3cli.formats import FORMATS
 
@@ -45,6 +46,10 @@ def kind_choices(kind: str) -> str:
         from co3cli.compressors import COMPRESSORS
 
         return choices(COMPRESSORS, "none")
+    if kind == "task":
+        from co3cli.tasks import TASKS
+
+        return choices(TASKS, default)
     if kind == "uep code":
         from co3cli.simulate.uep import CODES
 

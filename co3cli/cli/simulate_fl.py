@@ -29,8 +29,7 @@ FL = SimpleNamespace(  # the options of `co3 simulate fl`, in the order --help l
              "fields, or a run's config.json; the options given here override it."),
     set_=O([], "--set", help="key=value over a config field (typed like it, e.g. clients=20, "
           "participation=none) or a compressor parameter; repeatable; overrides everything."),
-    task=O("mnist5k-mlp", "--task", "-t", help="digits-mlp, digits-cnn, mnist5k-mlp, "
-           "mnist5k-cnn, synthetic-cifar-resnet."),
+    task=O("mnist5k-mlp", "--task", "-t", help=f"{kind_choices('task')}."),
     clients=O(10, "--clients"),
     rounds=O(200, "--rounds"),
     algorithm=O("fedsgd", "--algorithm", help="fedsgd (one gradient per round) or fedavg "

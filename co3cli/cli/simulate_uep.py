@@ -129,8 +129,9 @@ def uep_mc_cli(
 def uep_train_cli(
     output: Path = typer.Option(..., "--output", "-o", help="Per-step CSV (loss, accuracy, "
                                 "compute and simulated straggler time)."),
-    task: str = typer.Option("mnist5k-mlp", "--task", "-t", help="A built-in task; every "
-                             "nn.Linear's backward products are coded (CNNs: the dense layers)."),
+    task: str = typer.Option("mnist5k-mlp", "--task", "-t", help=f"{kind_choices('task')}; "
+                             "every nn.Linear's backward products are coded (CNNs: the dense "
+                             "layers)."),
     scheme: str = typer.Option("ew-uep", "--scheme", help=f"{kind_choices('uep code')}, or "
                                "exact (plain autograd, no stragglers)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Workers n (mds, eep, UEP: "

@@ -40,7 +40,6 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import sys
 import time
 from dataclasses import dataclass
@@ -49,7 +48,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from co3cli import __version__
 from co3cli.errors import InputError
 from co3cli.simulate.flconfig import FLConfig, check_config, lr_at, straggler_config
 
@@ -114,13 +112,6 @@ class FLResult:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def versions() -> dict[str, str]:
-    import torch
-
-    return {"co3cli": __version__, "torch": torch.__version__, "numpy": np.__version__,
-            "python": platform.python_version()}
 
 
 def _evaluate(model, x, y, batch: int = 1024) -> tuple[float, float]:
@@ -201,7 +192,7 @@ class Simulation:
     def __init__(self, cfg: FLConfig, comp):
         import torch
 
-        from co3cli.capture import build_model, load_task_data
+        from co3cli.tasks import build_model, load_task_data
         from co3cli.compressors import ErrorFeedback
 
         self.cfg, self.comp = cfg, comp
@@ -329,7 +320,7 @@ class Simulation:
         return _evaluate(self.model, self.test.x, self.test.y)
 
     def config_doc(self) -> dict[str, Any]:
-        from co3cli.fileio import created_timestamp
+        from co3cli.fileio import created_timestamp, versions
 
         return {
             "schema": "co3.simulate-fl/1", "config": self.cfg.to_dict(),

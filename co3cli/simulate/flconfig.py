@@ -100,7 +100,7 @@ FIELDS = tuple(f.name for f in dataclasses.fields(FLConfig))
 
 def check_config(cfg: FLConfig):
     """Validate ``cfg`` (InputError naming the field); return the configured compressor."""
-    from co3cli.capture import get_task
+    from co3cli.tasks import get_task
     from co3cli.compressors import get_compressor
 
     get_task(cfg.task)

@@ -211,8 +211,7 @@ def train_to_files(task: str, cfg, output, *, steps: int, batch_size: int, lr: f
     import contextlib
     from pathlib import Path
 
-    from co3cli.fileio import output_path
-    from co3cli.simulate.fl import versions
+    from co3cli.fileio import output_path, versions
     from co3cli.simulate.uep.train import train_coded
 
     to_stdout = str(output) == "-"

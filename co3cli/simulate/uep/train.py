@@ -368,7 +368,7 @@ def train_coded(task: str, straggler: StragglerConfig | None, *, steps: int, bat
     import torch
     import torch.nn.functional as F
 
-    from co3cli.capture import build_model, get_task, load_task_data
+    from co3cli.tasks import build_model, get_task, load_task_data
 
     get_task(task)
     steps = check_int("steps", steps, lo=1)

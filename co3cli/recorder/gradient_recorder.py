@@ -1,128 +1,37 @@
-"""Record a training loop's gradients into a ``co3.gradients/1`` dump, from your own code.
+"""``GradientRecorder``: the selected parameters' gradients of each recorded step, cast, checked
+and handed to a ``co3cli.dump.StepWriter`` (directly, or through the background writer).
 
-::
-
-    your loop: loss.backward() --rec.step(loss=loss)--> p.grad of the selected parameters
-        --cast (float32 | float16 | bfloat16), NaN/Inf policy--> StepWriter.write --> dump.h5
-
-    from co3cli import GradientRecorder
-    with GradientRecorder(model, "dump.h5", every=10, layers="*.weight") as rec:
-        for x, y in loader:
-            loss = loss_fn(model(x), y); opt.zero_grad(); loss.backward()
-            rec.step(loss=loss)          # records p.grad on every 10th call (steps 0, 10, ...)
-            opt.step()
-
-The dump is written incrementally to its final path and flushed after each recorded step, so
-a killed run leaves a valid dump of the steps committed so far (with the default background
-writer, ``background=True``, all but at most the last two handed over; see ``_settle`` for how
-``.grad`` tensors are borrowed without a copy and checked; ``co3cli.dump.StepWriter``
-and the schema extensions ``streams``, ``reduction``, ``aliases``, ``absent`` and the layer
-attribute ``dtype`` in ``co3cli.dump``). Memory is bounded: each gradient is copied to the CPU
-once, written and dropped (``average=True`` keeps one float64 sum per parameter).
-
-Options, each an explicit recorded choice (``config`` root attribute):
-
-* selection: ``layers`` = comma-separated globs over parameter names (``"*.weight,fc2.*"``) or
-  ``"re:<regex>"`` (``re.fullmatch``); ``every=N`` (steps ``s % N == 0``) or ``steps=[...]``.
-* ``dtype``: storage type, ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
-* ``on_nonfinite``: NaN/Inf in a recorded value: ``"error"`` (default), ``"skip"`` the step
-  (counted in ``steps_skipped``) or ``"record"`` as is.
-* ``on_missing``: a selected trainable parameter whose ``.grad`` is None: ``"error"`` (default)
-  or ``"skip"`` the step. Zeros are never written in its place. Frozen parameters
-  (``requires_grad=False``) are not recorded; the root attribute ``absent`` lists them.
-* tied parameters (one tensor under several names) are recorded once under the first name;
-  the root attribute ``aliases`` maps each other name to it.
-* ``streams=("raw", "decoded")``: several values per parameter (what a compressor
-  transmitted, ...): ``rec.step(streams={"decoded": {name: tensor}})``; ``raw`` is ``p.grad``.
-* ``average=True``: ``step`` accumulates, ``end_epoch`` writes the epoch mean as one row
-  (``steps`` = epoch numbers, ``reduction="epoch-mean"``).
-* ``background=True`` (default): ``step`` hands the step to a writer thread and returns; the
-  writer's errors (NaN/Inf, I/O, a borrowed tensor modified in place) are raised by the next
-  ``step``, ``flush`` or ``close``. ``background=False`` writes inside ``step``. In-place
-  writes that bypass autograd's version counter (through ``.data`` or ``.numpy()`` views) after
-  ``step`` are not detected: use ``background=False`` in such loops.
-* ``resume=True``: append to an existing dump with the same layout (without it, an existing
-  file at ``path`` is replaced).
-
-Step indices count ``step`` calls from 0 (on resume: from the last committed step + 1), or are
-given explicitly with ``rec.step(step=...)`` (epoch indices: ``rec.end_epoch(epoch=...)``).
-``rec.set_attrs(final_loss=..., ...)`` adds root attributes known only at the end of training;
-they are written when the recorder closes (and only if the dump holds a step).
+The options and the dump it writes are described in ``co3cli.recorder``.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
 import os
-import re
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
+from co3cli.checks import check_int, check_int_list
+from co3cli.dump import StepWriter
+from co3cli.dump.schema import STORAGE_DTYPES, STREAM_RE, attr_value
 from co3cli.errors import InputError
+from co3cli.recorder.background import BackgroundWriter
+from co3cli.recorder.select import select
 
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = tuple(STORAGE_DTYPES)  # float32, float16, bfloat16
 NONFINITE_POLICIES = ("error", "skip", "record")
 MISSING_POLICIES = ("error", "skip")
 _RESERVED_ATTRS = ("schema", "layers", "streams", "reduction", "aliases", "absent")
-_STREAM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise InputError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
     return value
-
-
-def _matcher(layers: str):
-    if not isinstance(layers, str) or not layers.strip():
-        raise InputError(f"layers={layers!r} must be a non-empty glob list or 're:<regex>'")
-    if layers.startswith("re:"):
-        try:
-            rx = re.compile(layers[3:])
-        except re.error as exc:
-            raise InputError(f"layers={layers!r} is not a valid regular expression: {exc}") from exc
-        return lambda n: rx.fullmatch(n) is not None
-    patterns = [p.strip() for p in layers.split(",") if p.strip()]
-    if not patterns:
-        raise InputError(f"layers={layers!r} holds no glob pattern")
-    return lambda n: any(fnmatch.fnmatchcase(n, p) for p in patterns)
-
-
-def select(model: Any, layers: str) -> tuple[list[tuple[str, Any]], dict[str, str], dict[str, str]]:
-    """The parameters ``layers`` selects: ``(recorded [(name, p)], aliases, absent)``.
-
-    A tensor reachable under several names (tied) is selected when any name matches and is
-    recorded under its first name; ``aliases`` maps its other names to that one. Frozen
-    parameters go to ``absent`` ({name: reason}) instead of ``recorded``.
-    """
-    match = _matcher(layers)
-    names: dict[int, list[str]] = {}
-    params: dict[int, Any] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        names.setdefault(id(p), []).append(name)
-        params[id(p)] = p
-    recorded, aliases, absent = [], {}, {}
-    for key, all_names in names.items():
-        if not any(match(n) for n in all_names):
-            continue
-        first, p = all_names[0], params[key]
-        if not p.requires_grad:
-            absent[first] = "frozen (requires_grad=False)"
-            continue
-        recorded.append((first, p))
-        aliases.update({alias: first for alias in all_names[1:]})
-    if not recorded:
-        listed = ", ".join(n for ns in names.values() for n in ns)
-        why = f" (all frozen: {', '.join(absent)})" if absent else ""
-        raise InputError(
-            f"layers={layers!r} selects no trainable parameter{why}; parameters: {listed}"
-        )
-    return recorded, aliases, absent
 
 
 class GradientRecorder:
@@ -152,25 +61,14 @@ class GradientRecorder:
     ):
         import torch
 
-        from co3cli.dump import StepWriter
-
         self._torch = torch
         if every is not None and steps is not None:
             raise InputError("give every=N or steps=[...], not both")
         if steps is not None:
-            step_list = list(steps)
-            if not step_list or not all(
-                isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0
-                for s in step_list
-            ):
-                raise InputError(f"steps={steps!r} must be a non-empty list of integers >= 0")
-            self._steps = frozenset(int(s) for s in step_list)
+            self._steps = frozenset(check_int_list("steps", steps, lo=0))
             self._every = None
         else:
-            every = 1 if every is None else every
-            if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-                raise InputError(f"every={every!r} must be an integer >= 1")
-            self._every, self._steps = every, None
+            self._every, self._steps = check_int("every", 1 if every is None else every, 1), None
         self.dtype = _choice("dtype", dtype, DTYPES)
         self.on_nonfinite = _choice("on_nonfinite", on_nonfinite, NONFINITE_POLICIES)
         self.on_missing = _choice("on_missing", on_missing, MISSING_POLICIES)
@@ -183,7 +81,7 @@ class GradientRecorder:
         if (
             not self.streams
             or len(set(self.streams)) != len(self.streams)
-            or not all(isinstance(s, str) and _STREAM_RE.match(s) for s in self.streams)
+            or not all(isinstance(s, str) and STREAM_RE.match(s) for s in self.streams)
         ):
             raise InputError(
                 f"streams={streams!r} must be distinct names of letters, digits, '_', '.', '-'"
@@ -238,12 +136,8 @@ class GradientRecorder:
         self._loss_sum: float | None = 0.0
         self._last_lr: float | None = None
         self._late_attrs: dict[str, Any] = {}
-        # background writing (see _submit): the writer thread, the borrowed tensors of the
-        # staged step awaiting their in-place check, the previous step's tensor per key
-        self._bg = _Worker() if background and not average else None
-        self._awaiting: tuple[int, list[tuple[tuple[str, str], Any, int]]] | None = None
-        self._prev: dict[tuple[str, str], Any] = {}
-        self._copy_keys: set[tuple[str, str]] = set()
+        background = background and not average  # epoch means are written by end_epoch
+        self._bg = BackgroundWriter(self._writer, self._rows) if background else None
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -322,6 +216,25 @@ class GradientRecorder:
         torch = self._torch
         return t.to("cpu", getattr(torch, dtype)).reshape(-1)
 
+    def _stored(self, c: Any) -> np.ndarray:
+        """A cast tensor as a writer's row (bfloat16: its uint16 bit patterns)."""
+        if c.dtype == self._torch.bfloat16:
+            return c.view(self._torch.int16).numpy().view(np.uint16)
+        return c.numpy()
+
+    def _rows(self, index: int, items: Iterable[tuple[tuple[str, str], Any]],
+              dtype: str | None = None) -> dict | None:
+        """The step's rows {dataset: row} cast to ``dtype`` (default: the storage type), or None
+        when the NaN/Inf policy skips the step (counted in ``steps_skipped``)."""
+        rows = {}
+        for key, t in items:
+            c = self._cast(t, dtype or self.dtype)
+            if not self._finite_or_policy(index, key, c):
+                self.steps_skipped["nonfinite"] += 1
+                return None
+            rows[self._datasets[key]] = self._stored(c)
+        return rows
+
     def _finite_or_policy(self, step: int, key: tuple[str, str], c: Any) -> bool:
         if self.on_nonfinite == "record":
             return True
@@ -371,9 +284,7 @@ class GradientRecorder:
         if self.closed:
             raise InputError(f"recorder for {self.path} is closed")
         if step is not None:
-            if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-                raise InputError(f"step={step!r} must be an integer >= 0")
-            self._next = int(step)
+            self._next = check_int("step", step, 0)
         index = self._next
         self._next += 1
         if not self._wanted(index):
@@ -386,123 +297,32 @@ class GradientRecorder:
         if self.average:
             return self._accumulate(index, tensors, loss_v, lr_v)
         if self._bg is not None:
-            self._submit(index, tensors, loss_v, lr_v)
+            self._bg.submit(index, tensors, loss_v, lr_v)
             return True
-        rows = {}
-        for key, t in tensors.items():
-            c = self._cast(t, self.dtype)
-            if not self._finite_or_policy(index, key, c):
-                self.steps_skipped["nonfinite"] += 1
-                return False
-            if self.dtype == "bfloat16":
-                rows[self._datasets[key]] = c.view(self._torch.int16).numpy().view(np.uint16)
-            else:
-                rows[self._datasets[key]] = c.numpy()
+        rows = self._rows(index, tensors.items())
+        if rows is None:
+            return False
         self._writer.write(index, rows, loss_v, lr_v)
         return True
 
-    # -- background writing ----------------------------------------------------------------
-    # step() hands the step to a writer thread and returns; the thread casts, checks NaN/Inf,
-    # writes and commits while training goes on. A CPU tensor is handed over without a copy
-    # ("borrowed") when the previous recorded step's tensor for that key had other storage
-    # (zero_grad(set_to_none=True), torch's default: nothing writes to the old .grad again);
-    # otherwise (first step, a .grad reused in place, a non-CPU tensor) it is copied. A step
-    # with borrowed tensors is staged, not committed, until the next step()/flush()/close()
-    # checks on the main thread that no borrowed tensor was modified in place since (autograd's
-    # version counter); a modified one is an error and the step is dropped, never written wrong.
-    def _settle(self) -> bool:
-        """Wait for the writer; raise its error; True if a staged step passed its check."""
-        error = self._bg.wait()
-        awaiting, self._awaiting = self._awaiting, None
-        if error is not None:
-            raise error
-        if awaiting is None:
-            return False
-        index, borrowed = awaiting
-        changed = [key for key, t, version in borrowed if t._version != version]
-        if changed:
-            s, name = changed[0]
-            what = "p.grad" if s == "raw" else f"stream {s!r}"
-            raise InputError(
-                f"step {index}: {what} of layer {name!r} was modified in place after rec.step() "
-                "(e.g. clip_grad_norm_ after recording) while the background writer read it; "
-                "the step was not written. Record after the change, or use background=False"
-            )
-        return True
-
     def _writer_failure(self) -> None:
-        """If the writer failed and closed the dump: stop it and raise its error."""
+        """If the writer failed and closed the dump: stop the background writer, raise its error."""
         if self._bg is not None and self._writer._closed:
-            error = self._bg.wait()
-            self._awaiting = None
-            self._bg.stop()
-            self._bg = None
-            if error is not None:
-                raise error
-
-    def _hand_over(self, key: tuple[str, str], t: Any, borrowed: list) -> Any:
-        if t.device.type != "cpu":
-            return t.to("cpu")  # a copy; no reference to the device tensor is kept
-        prev = self._prev.get(key)
-        self._prev[key] = t
-        if prev is None or key in self._copy_keys:
-            return t.clone()
-        if prev.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
-            self._copy_keys.add(key)  # the same tensor every step: written to in place
-            return t.clone()
-        borrowed.append((key, t, t._version))
-        return t
-
-    def _submit(self, index: int, tensors: dict, loss: float | None, lr: float | None) -> None:
-        commit_prev = self._settle()
-        try:
-            self._writer.check_series(loss is not None, lr is not None)  # raise here, not later
-            borrowed: list = []
-            items = [(key, self._hand_over(key, t, borrowed)) for key, t in tensors.items()]
-        except BaseException:
-            if commit_prev:  # the previous step passed its check: keep it
-                self._writer.commit()
-            raise
-        if borrowed:
-            self._awaiting = (index, borrowed)
-        self._bg.submit(self._write_job, commit_prev, index, items, loss, lr, not borrowed)
-
-    def _write_job(self, commit_prev, index, items, loss, lr, commit_now) -> None:
-        """Runs on the writer thread."""
-        if commit_prev:
-            self._writer.commit()
-        rows = {}
-        for key, t in items:
-            c = self._cast(t, self.dtype)
-            if not self._finite_or_policy(index, key, c):
-                self.steps_skipped["nonfinite"] += 1
-                self._awaiting = None
-                return
-            rows[self._datasets[key]] = (
-                c.view(self._torch.int16).numpy().view(np.uint16)
-                if self.dtype == "bfloat16"
-                else c.numpy()
-            )
-        self._writer.stage(index, rows, loss, lr)
-        if commit_now:
-            self._writer.commit()
+            bg, self._bg = self._bg, None
+            bg.abandon()
 
     def flush(self) -> None:
-        """Wait until every step handed to ``step`` is committed to the dump (or raise its error)."""
+        """Wait until every step handed to ``step`` is committed (or raise its error)."""
         self._writer_failure()
         if self.closed:
             raise InputError(f"recorder for {self.path} is closed")
-        if self._bg is not None and self._settle():
-            self._writer.commit()
+        if self._bg is not None:
+            self._bg.flush()
 
     def _accumulate(self, index: int, tensors: dict, loss: float | None, lr: float | None) -> bool:
-        arrays = {}
-        for key, t in tensors.items():
-            c = self._cast(t, "float32")
-            if not self._finite_or_policy(index, key, c):
-                self.steps_skipped["nonfinite"] += 1
-                return False
-            arrays[self._datasets[key]] = c.numpy()
+        arrays = self._rows(index, tensors.items(), "float32")
+        if arrays is None:
+            return False
         for name, a in arrays.items():
             acc = self._sums.get(name)
             if acc is None:
@@ -527,12 +347,10 @@ class GradientRecorder:
         """
         if self.closed:
             raise InputError(f"recorder for {self.path} is closed")
-        from co3cli.dump import _attr_value
-
         for key in attrs:
             if key in _RESERVED_ATTRS:
                 raise InputError(f"attrs: {key!r} is reserved (written by the recorder)")
-        self._late_attrs.update({k: _attr_value(k, v) for k, v in attrs.items()})
+        self._late_attrs.update({k: attr_value(k, v) for k, v in attrs.items()})
 
     def end_epoch(self, loss: Any = None, lr: Any = None, *, epoch: int | None = None) -> int:
         """Write the mean of the gradients accumulated since the last call (``average=True``).
@@ -546,9 +364,7 @@ class GradientRecorder:
         if self.closed:
             raise InputError(f"recorder for {self.path} is closed")
         if epoch is not None:
-            if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
-                raise InputError(f"epoch={epoch!r} must be an integer >= 0")
-            self._epoch_next = int(epoch)
+            self._epoch_next = check_int("epoch", epoch, 0)
         if self._nsum == 0:
             raise InputError(
                 f"epoch {self._epoch_next}: no step was accumulated; nothing to average"
@@ -559,14 +375,8 @@ class GradientRecorder:
         if loss_v is None and self._loss_sum is not None:
             loss_v = self._loss_sum / n
         lr_v = self._lr(lr) if lr is not None else self._last_lr
-        rows = {}
-        for name, acc in self._sums.items():
-            mean = torch.from_numpy(acc / n).to(getattr(torch, self.dtype))
-            rows[name] = (
-                mean.view(torch.int16).numpy().view(np.uint16)
-                if self.dtype == "bfloat16"
-                else mean.numpy()
-            )
+        rows = {name: self._stored(torch.from_numpy(acc / n).to(getattr(torch, self.dtype)))
+                for name, acc in self._sums.items()}
         self._writer.write(self._epoch_next, rows, loss_v, lr_v)
         self._epoch_next += 1
         self._sums, self._nsum, self._loss_sum, self._last_lr = {}, 0, 0.0, None
@@ -610,48 +420,3 @@ class GradientRecorder:
         self._writer.close()
         if error is not None:
             raise error
-
-
-class _Worker:
-    """One daemon thread running submitted jobs in order, at most one at a time in flight."""
-
-    def __init__(self):
-        import queue
-        import threading
-
-        self._jobs: Any = queue.SimpleQueue()
-        self._done = threading.Semaphore(0)
-        self._busy = False
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="co3-recorder", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            fn, args = job
-            try:
-                fn(*args)
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-                self._error = exc
-            self._done.release()
-
-    def submit(self, fn, *args) -> None:
-        assert not self._busy, "wait() before submitting the next job"
-        self._busy = True
-        self._jobs.put((fn, args))
-
-    def wait(self) -> BaseException | None:
-        """Block until the job in flight (if any) is done; return its exception, if any."""
-        if self._busy:
-            self._done.acquire()
-            self._busy = False
-        error, self._error = self._error, None
-        return error
-
-    def stop(self) -> None:
-        self.wait()
-        self._jobs.put(None)
-        self._thread.join()

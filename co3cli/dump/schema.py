@@ -1,0 +1,101 @@
+"""Names and checks shared by the dump's reader and writers: the schema string, storage types,
+layer-name and attribute conversions, and the provenance every writer adds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from co3cli import __version__
+from co3cli.errors import InputError
+from co3cli.fileio import created_timestamp
+
+SCHEMA = "co3.gradients/1"
+"""The schema string the writers write."""
+
+SCHEMA_MAJOR = 1
+SCHEMA_RE = re.compile(r"^co3\.gradients/(\d+)(?:\.(\d+))?$")
+
+NONFINITE_POLICIES = ("error", "zero")
+
+STORAGE_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "uint16"}
+"""Storage types of a layer (its ``dtype`` attribute) -> the HDF5 dataset's numpy dtype."""
+
+STREAM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> float32 (exact: bf16 is the top half of a float32)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def check_layer_name(name: Any) -> str:
+    """``name`` if it is a relative HDF5 path under ``grads`` (InputError otherwise)."""
+    if not isinstance(name, str) or not name:
+        raise InputError(f"layer name {name!r} is not a non-empty string")
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise InputError(
+            f"layer name {name!r} is not a valid relative HDF5 path "
+            "(no leading/trailing '/', no empty, '.' or '..' components)"
+        )
+    return name
+
+
+def attr_value(key: str, value: Any) -> Any:
+    """Convert a Python value to something h5py stores as an attribute."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, (str, bool, int, float, np.generic, np.ndarray)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise InputError(
+        f"attribute {key!r}: cannot store a value of type {type(value).__name__} "
+        "(use str, int, float, bool, a numpy array, or a dict/list stored as JSON)"
+    )
+
+
+def decode_attr(value: Any) -> Any:
+    """An HDF5 attribute as str / int / float / bool / list."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            return decode_attr(value[()])
+        return [decode_attr(v) for v in value.tolist()]
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def describe_target(target: Any) -> str:
+    """How messages name a dump's target: a path, ``<stdout>`` or the file object's name."""
+    if target == "-":
+        return "<stdout>"
+    if isinstance(target, (str, os.PathLike)):
+        return os.fspath(target)
+    return getattr(target, "name", None) or "<file object>"
+
+
+def provenance(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``attrs`` plus the schema, creation time and versions, unless ``attrs`` gives them."""
+    root = dict(attrs or {})
+    root.setdefault("schema", SCHEMA)
+    root.setdefault("created", created_timestamp())
+    root.setdefault("co3cli_version", __version__)
+    if "torch" in sys.modules and "torch_version" not in root:
+        root["torch_version"] = str(sys.modules["torch"].__version__)
+    return root
+
