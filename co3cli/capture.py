@@ -81,7 +81,11 @@ from co3cli.dump.output import (check_space, copy_to_stream, gzip_in_place, huma
                                 os_reason, stream_label)
 from co3cli.errors import InputError
 from co3cli.recorder import NONFINITE_POLICIES, GradientRecorder
-from co3cli.tasks import build_model, check_optimizer, get_task, load_task_data, make_optimizer
+from co3cli.tasks import (
+    TorchThreads, build_model, check_optimizer, epoch_batches, get_task, load_task_data,
+    make_optimizer,
+)
+from co3cli.tasks import evaluate as tasks_evaluate
 
 
 @dataclass(frozen=True)
@@ -354,27 +358,6 @@ def _summary(desc, out, n_steps, n_epochs, loss_value, rec, model, file_bytes, t
     )
 
 
-class TorchThreads:
-    """Set torch's intra-op threads for a block (``None``: leave them alone)."""
-
-    def __init__(self, threads: int | None):
-        self.threads = None if threads is None else check_int("threads", threads, 1)
-
-    def __enter__(self):
-        import torch
-
-        self.old = torch.get_num_threads()
-        if self.threads is not None:
-            torch.set_num_threads(self.threads)
-
-    def __exit__(self, *exc):
-        import torch
-
-        if self.threads is not None:
-            torch.set_num_threads(self.old)
-        return False
-
-
 def capture(
     task: str,
     out: str | Any | BinaryIO,
@@ -433,19 +416,10 @@ def capture(
         per_epoch = n // bs
 
         def batches(epoch):  # the last partial batch of each epoch is dropped
-            perm = torch.randperm(n, generator=gen)
-            for i in range(0, n - bs + 1, bs):
-                idx = perm[i : i + bs]
-                yield train.x[idx], train.y[idx]
+            return epoch_batches(train, bs, gen)
 
         def evaluate(model):
-            model.eval()
-            correct = 0
-            with torch.no_grad():
-                for i in range(0, len(test), 128):
-                    pred = model(test.x[i : i + 128]).argmax(dim=1)
-                    correct += int((pred == test.y[i : i + 128]).sum())
-            return {"test_accuracy": correct / len(test) if len(test) else float("nan")}
+            return {"test_accuracy": tasks_evaluate(model, test.x, test.y, batch=128)[1]}
 
         attrs = dict(
             task=task, dataset=spec.dataset, synthetic=spec.synthetic, model=spec.model,

@@ -39,9 +39,9 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from co3cli import __version__
-from co3cli.capture import CaptureSummary, TorchThreads, check_run_options, lr_of, run_job
+from co3cli.capture import CaptureSummary, check_run_options, lr_of, run_job
 from co3cli.errors import InputError
-from co3cli.tasks import check_lr, check_optimizer, make_optimizer
+from co3cli.tasks import TorchThreads, check_lr, check_optimizer, make_optimizer
 
 JOB_FIELDS = {"model": True, "data": True, "loss_fn": True, "optimizer": False, "lr": False}
 """The fields of a job returned by an entry function (name -> required)."""

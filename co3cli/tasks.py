@@ -229,6 +229,62 @@ def load_task_data(task: str, test_fraction: float = 0.2, seed: int = 0) -> tupl
     return train_test_split(ds, test_fraction, seed)
 
 
+# -- the loops every trainer shares (capture, the FL engines, UEP training) ------------------
+
+def epoch_batches(train, batch_size: int, gen) -> Any:
+    """One epoch of ``(x, y)`` minibatches of ``train`` in the order of ``torch.randperm`` drawn
+    from the generator ``gen``; the last partial batch is dropped."""
+    import torch
+
+    n = len(train)
+    bs = min(batch_size, n)
+    perm = torch.randperm(n, generator=gen)
+    for i in range(0, n - bs + 1, bs):
+        idx = perm[i:i + bs]
+        yield train.x[idx], train.y[idx]
+
+
+def evaluate(model, x, y, batch: int = 1024) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of ``model`` on ``(x, y)``, in eval mode, in batches of
+    ``batch`` (the model is put back in train mode); ``(nan, nan)`` without data."""
+    import torch
+
+    if len(y) == 0:
+        return math.nan, math.nan
+    model.eval()
+    loss, correct = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(y), batch):
+            out = model(x[i:i + batch])
+            loss += float(torch.nn.functional.cross_entropy(out, y[i:i + batch], reduction="sum"))
+            correct += int((out.argmax(1) == y[i:i + batch]).sum())
+    model.train()
+    return loss / len(y), correct / len(y)
+
+
+class TorchThreads:
+    """Set torch's intra-op threads for a block (``None``: leave them alone)."""
+
+    def __init__(self, threads: int | None):
+        from co3cli.checks import check_int
+
+        self.threads = None if threads is None else check_int("threads", threads, 1)
+
+    def __enter__(self):
+        import torch
+
+        self.old = torch.get_num_threads()
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+
+    def __exit__(self, *exc):
+        import torch
+
+        if self.threads is not None:
+            torch.set_num_threads(self.old)
+        return False
+
+
 # -- optimizers ------------------------------------------------------------------------------
 
 def _sgd(params, lr: float, momentum: float) -> Any:

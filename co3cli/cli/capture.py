@@ -26,7 +26,7 @@ CAP = SimpleNamespace(  # the options of `co3 capture`, in the order --help list
     batch_size=O(None, "--batch-size", help="Tasks only (default 64)."),
     lr=O(None, "--lr", help="Learning rate (default: 0.1 sgd, 1e-3 adam)."),
     momentum=O(None, "--momentum", help="SGD momentum (default 0)."),
-    optimizer=O(None, "--optimizer", help="sgd (default) or adam."),
+    optimizer=O(None, "--optimizer", help=f"{kind_choices('optimizer', 'sgd')}."),
     layers=O("*", "--layers", help="Glob over parameter names."),
     seed=O(0, "--seed"),
     on_nonfinite=O("error", "--on-nonfinite", help="NaN/Inf gradient: error (default; names "

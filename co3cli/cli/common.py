@@ -25,7 +25,7 @@ def choices(registry, default: str | None = None, docs: bool = False) -> str:
 
 def kind_choices(kind: str, default: str | None = None) -> str:
     """The valid values of an option of ``kind``, from its registry (for help texts); ``default``
-    marks the default where the command sets its own (tasks)."""
+    marks the default where the command sets its own (tasks, optimizers)."""
     if kind == "format":
         from co3cli.formats import FORMATS
 
@@ -46,10 +46,10 @@ def kind_choices(kind: str, default: str | None = None) -> str:
         from co3cli.compressors import COMPRESSORS
 
         return choices(COMPRESSORS, "none")
-    if kind == "task":
-        from co3cli.tasks import TASKS
+    if kind in ("task", "optimizer"):
+        from co3cli.tasks import OPTIMIZERS, TASKS
 
-        return choices(TASKS, default)
+        return choices(TASKS if kind == "task" else OPTIMIZERS, default)
     if kind == "uep code":
         from co3cli.simulate.uep import CODES
 

@@ -399,7 +399,8 @@ class GradientRecorder:
             except InputError as exc:
                 error = exc
             finally:
-                self._bg.stop()
+                if self._bg is not None:  # (a writer failure during flush may have ended it)
+                    self._bg.stop()
                 self._bg = None
             if self.closed:  # the writer failed and closed the dump
                 raise error

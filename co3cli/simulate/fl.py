@@ -114,20 +114,6 @@ class FLResult:
         return dataclasses.asdict(self)
 
 
-def _evaluate(model, x, y, batch: int = 1024) -> tuple[float, float]:
-    import torch
-
-    model.eval()
-    loss = correct = 0.0
-    with torch.no_grad():
-        for i in range(0, len(y), batch):
-            out = model(x[i:i + batch])
-            loss += float(torch.nn.functional.cross_entropy(out, y[i:i + batch], reduction="sum"))
-            correct += float((out.argmax(1) == y[i:i + batch]).sum())
-    model.train()
-    return loss / len(y), correct / len(y)
-
-
 def prepare_output(out: str | os.PathLike, overwrite: bool) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -317,7 +303,9 @@ class Simulation:
         }
 
     def evaluate(self) -> tuple[float, float]:
-        return _evaluate(self.model, self.test.x, self.test.y)
+        from co3cli.tasks import evaluate
+
+        return evaluate(self.model, self.test.x, self.test.y)
 
     def config_doc(self) -> dict[str, Any]:
         from co3cli.fileio import created_timestamp, versions

@@ -321,24 +321,6 @@ class CodedBackprop:
 # ----------------------------------------------------------------------------- training
 
 
-class _Threads:
-    """Run with ``n`` torch threads, restoring the previous setting."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __enter__(self) -> None:
-        import torch
-
-        self.prev = torch.get_num_threads()
-        torch.set_num_threads(self.n)
-
-    def __exit__(self, *exc: Any) -> None:
-        import torch
-
-        torch.set_num_threads(self.prev)
-
-
 def _fmt(v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
@@ -368,7 +350,8 @@ def train_coded(task: str, straggler: StragglerConfig | None, *, steps: int, bat
     import torch
     import torch.nn.functional as F
 
-    from co3cli.tasks import build_model, get_task, load_task_data
+    from co3cli.tasks import TorchThreads, build_model, epoch_batches, get_task, load_task_data
+    from co3cli.tasks import evaluate as tasks_evaluate
 
     get_task(task)
     steps = check_int("steps", steps, lo=1)
@@ -393,7 +376,7 @@ def train_coded(task: str, straggler: StragglerConfig | None, *, steps: int, bat
         writer = csv.writer(fh)
         writer.writerow(CSV_COLUMNS)
     try:
-        with _Threads(1):
+        with TorchThreads(1):
             train, test = load_task_data(task, test_fraction, seed)
             model = build_model(task, seed)
             opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
@@ -403,17 +386,10 @@ def train_coded(task: str, straggler: StragglerConfig | None, *, steps: int, bat
 
             def batches() -> Iterator[tuple[Any, Any]]:  # endless; last partial batch dropped
                 while True:
-                    perm = torch.randperm(n, generator=gen)
-                    for i in range(0, n - bs + 1, bs):
-                        idx = perm[i:i + bs]
-                        yield train.x[idx], train.y[idx]
+                    yield from epoch_batches(train, bs, gen)
 
-            def evaluate() -> float:
-                model.eval()
-                with torch.no_grad():
-                    pred = model(test.x).argmax(dim=1)
-                model.train()
-                return float((pred == test.y).float().mean())
+            def evaluate() -> float:  # one batch: the whole test split
+                return tasks_evaluate(model, test.x, test.y, batch=max(1, len(test)))[1]
 
             if runner is not None:
                 runner.attach(model)
