@@ -28,10 +28,11 @@ def _range_text(lo, hi) -> str:
 
 
 def check_int(name: str, v: Any, lo: int | None = None, hi: int | None = None, *,
-              who: str = "", lenient: bool = False) -> int:
-    """``v`` as an int within [lo, hi] (either bound optional)."""
+              who: str = "", lenient: bool = False, error: type[Exception] = InputError) -> int:
+    """``v`` as an int within [lo, hi] (either bound optional); ``error`` is raised otherwise
+    (``CorruptDataError`` where the value was read from a file)."""
     x = None
-    if not isinstance(v, bool):
+    if not isinstance(v, (bool, np.bool_)):
         if isinstance(v, (int, np.integer)):
             x = int(v)
         elif lenient:
@@ -41,7 +42,7 @@ def check_int(name: str, v: Any, lo: int | None = None, hi: int | None = None, *
             except (TypeError, ValueError, OverflowError):
                 x = None
     if x is None or (lo is not None and x < lo) or (hi is not None and x > hi):
-        raise InputError(f"{who}{name}={v!r} must be an integer {_range_text(lo, hi)}".rstrip())
+        raise error(f"{who}{name}={v!r} must be an integer {_range_text(lo, hi)}".rstrip())
     return x
 
 

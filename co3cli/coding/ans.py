@@ -55,7 +55,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from co3cli.coding.huffman import MAX_NSYM, as_symbols, as_weights, check_count, check_int
+from co3cli.checks import check_int
+from co3cli.coding.huffman import MAX_NSYM, as_symbols, as_weights, check_count
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.registry import Configurable
 from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes  # noqa: F401 (re-exported)
@@ -67,7 +68,7 @@ PRECISION_RANGE = range(8, 25)
 
 
 def check_precision(precision) -> int:
-    return check_int(precision, "precision", PRECISION_RANGE.start, PRECISION_RANGE.stop - 1)
+    return check_int("precision", precision, PRECISION_RANGE.start, PRECISION_RANGE.stop - 1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -298,7 +299,7 @@ class AnsTable:
     @classmethod
     def from_bytes(cls, data: bytes, nsym: int) -> "AnsTable":
         """Parse ``to_bytes`` output; any inconsistency raises :class:`CorruptDataError`."""
-        nsym = check_int(nsym, "nsym", 1, MAX_NSYM)
+        nsym = check_int("nsym", nsym, 1, MAX_NSYM)
         data = bytes(data)
         if not data or data[0] not in PRECISION_RANGE:
             raise CorruptDataError(

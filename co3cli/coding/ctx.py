@@ -85,7 +85,8 @@ import numpy as np
 from numba import njit
 
 from co3cli.coding.ans import check_freqs, check_precision, parse_freqs, quantize_freqs
-from co3cli.coding.huffman import MAX_NSYM, as_symbols, check_count, check_int
+from co3cli.checks import check_int
+from co3cli.coding.huffman import MAX_NSYM, as_symbols, check_count
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.registry import Configurable
 from co3cli.varint import uvarints_to_bytes
@@ -127,7 +128,7 @@ COL_CAP = 32
 
 
 def check_limit(limit) -> int:
-    return check_int(limit, "limit", LIMIT_RANGE.start, LIMIT_RANGE.stop - 1)
+    return check_int("limit", limit, LIMIT_RANGE.start, LIMIT_RANGE.stop - 1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -572,7 +573,7 @@ class CtxTable:
     def _row_length(cols, n: int) -> int:
         if cols is None:
             return max(n, 1)
-        return min(check_int(cols, "cols", 1), max(n, 1))
+        return min(check_int("cols", cols, 1), max(n, 1))
 
     def _kernel(self, decode, sym, buf, cols):
         return _run(decode, sym, buf, cols, self._K, self._mmax, self._pz0, self._ps0,
@@ -650,7 +651,7 @@ class CtxTable:
     @classmethod
     def from_bytes(cls, data: bytes, nsym: int) -> "CtxTable":
         """Parse ``to_bytes`` output; any inconsistency raises :class:`CorruptDataError`."""
-        nsym = check_int(nsym, "nsym", 1, MAX_NSYM)
+        nsym = check_int("nsym", nsym, 1, MAX_NSYM)
         data = bytes(data)
         if len(data) < 3:
             raise CorruptDataError(f"ctx table: {len(data)} bytes, need at least 3")

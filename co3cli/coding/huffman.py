@@ -50,6 +50,7 @@ import math
 import numpy as np
 from numba import njit
 
+from co3cli.checks import check_int
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.registry import Configurable
 from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
@@ -91,21 +92,12 @@ def as_symbols(sym) -> np.ndarray:
     return np.ascontiguousarray(sym)
 
 
-def check_int(value, name: str, lo: int, hi: int | None = None, error=InputError) -> int:
-    """Return ``value`` as an int in ``lo..hi`` (no upper bound if ``hi`` is None)."""
-    is_int = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-    if not is_int or value < lo or (hi is not None and value > hi):
-        allowed = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise error(f"{name}: need an integer {allowed}, got {value!r}")
-    return int(value)
-
-
 def check_count(n) -> int:
-    return check_int(n, "n", 0)
+    return check_int("n", n, 0)
 
 
 def check_max_len(max_len) -> int:
-    return check_int(max_len, "max_len", 1, MAX_LEN_LIMIT)
+    return check_int("max_len", max_len, 1, MAX_LEN_LIMIT)
 
 
 # ---------------------------------------------------------------------------------------
@@ -326,7 +318,7 @@ class HuffmanTable:
     def decode(self, payload: bytes, nbits: int, n: int) -> np.ndarray:
         """Decode exactly ``n`` symbols from exactly ``nbits`` bits of ``payload``."""
         n = check_count(n)
-        nbits = check_int(nbits, "nbits", 0, error=CorruptDataError)
+        nbits = check_int("nbits", nbits, 0, error=CorruptDataError)
         payload = bytes(payload)
         if len(payload) != (nbits + 7) // 8:
             raise CorruptDataError(
@@ -371,7 +363,7 @@ class HuffmanTable:
     @classmethod
     def from_bytes(cls, data: bytes, nsym: int) -> "HuffmanTable":
         """Parse ``to_bytes`` output; any inconsistency raises :class:`CorruptDataError`."""
-        nsym = check_int(nsym, "nsym", 1, MAX_NSYM)
+        nsym = check_int("nsym", nsym, 1, MAX_NSYM)
         data = bytes(data)
         if not data or not 1 <= data[0] <= MAX_LEN_LIMIT:
             got = data[:1].hex() or "nothing"
