@@ -47,10 +47,12 @@ def check_int(name: str, v: Any, lo: int | None = None, hi: int | None = None, *
 
 
 def check_real(name: str, v: Any, lo: float = -math.inf, hi: float = math.inf, *,
-               lo_open: bool = False, hi_open: bool = False, who: str = "") -> float:
-    """``v`` as a finite float within the interval (closed unless ``lo_open``/``hi_open``)."""
+               lo_open: bool = False, hi_open: bool = False, who: str = "",
+               strict: bool = False) -> float:
+    """``v`` as a finite float within the interval (closed unless ``lo_open``/``hi_open``);
+    ``strict``: only a number is one (no numeric string, e.g. for values read from a file)."""
     x = None
-    if not isinstance(v, bool):
+    if not isinstance(v, (bool, np.bool_)) and not (strict and isinstance(v, str)):
         try:
             x = float(v)
         except (TypeError, ValueError):

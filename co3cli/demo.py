@@ -51,12 +51,12 @@ def run_demo(out: Path, *, task="mnist5k-mlp", steps=60, progress=True, log=prin
     from co3cli.formats import get_grid
     from co3cli.report import bits_table, format_table, report_co3
 
+    from co3cli.checks import check_int
     from co3cli.errors import InputError
     from co3cli.fileio import output_file
 
     log = log or (lambda *a, **k: None)
-    if not isinstance(steps, int) or steps < 1:
-        raise InputError(f"--steps must be an integer >= 1, got {steps!r}")
+    check_int("--steps", steps, lo=1)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {str(out)!r} exists and is not a folder")

@@ -287,10 +287,7 @@ class Sketch(Compressor):
         check_int("rows", p["rows"], 1, 64, who=f"{self.id}: ")
         if p["cols"] is not None:
             check_int("cols", p["cols"], 1, 1 << 28, who=f"{self.id}: ")
-        w = p["width"]
-        if (isinstance(w, bool) or not isinstance(w, (int, float, np.floating, np.integer))
-                or not 0 < w <= 1000):
-            raise InputError(f"sketch: width={w!r} must be a number in (0, 1000]")
+        check_real("width", p["width"], 0.0, 1000.0, lo_open=True, who="sketch: ", strict=True)
         if p["unsketch"] not in self.UNSKETCH:
             raise InputError(f"sketch: unsketch={p['unsketch']!r} must be one of "
                              f"{', '.join(self.UNSKETCH)}")

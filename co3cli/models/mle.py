@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from co3cli.checks import check_int, check_real
 from co3cli.errors import InputError
 
 from co3cli.models.families import (
@@ -46,21 +47,12 @@ class Fit:
                              f"got {sorted(params)}")
         clean = {}
         for k in want:
-            v = params[k]
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) \
-                    or not math.isfinite(v) or v <= 0:
-                raise InputError(f"fit: param {k!r} must be a finite number > 0, got {v!r}")
-            clean[k] = float(v)
-        p0 = self.p0
-        if isinstance(p0, bool) or not isinstance(p0, (int, float, np.floating)) \
-                or not 0.0 <= p0 <= 1.0:
-            raise InputError(f"fit: p0 must be a number in [0, 1], got {p0!r}")
+            clean[k] = check_real(k, params[k], 0.0, lo_open=True, who="fit: ", strict=True)
+        p0 = check_real("p0", self.p0, 0.0, 1.0, who="fit: ", strict=True)
         if not zi and p0 != 0.0:
             raise InputError(f"fit: model {model!r} is not zero-inflated; p0 must be 0")
         for name in ("n", "n_nonzero"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise InputError(f"fit: {name} must be an integer >= 0, got {v!r}")
+            check_int(name, getattr(self, name), lo=0, who="fit: ")
         if self.n_nonzero > self.n:
             raise InputError(f"fit: n_nonzero ({self.n_nonzero}) exceeds n ({self.n})")
         object.__setattr__(self, "params", clean)

@@ -48,6 +48,7 @@ import zlib
 from pathlib import Path
 from typing import Callable
 
+from co3cli.checks import check_int
 from co3cli.errors import Co3Error, CorruptDataError, InputError
 
 MAGIC = b"CO3M"
@@ -257,8 +258,7 @@ def launch(cfg, out: str | os.PathLike, nproc: int, *, overwrite: bool = False,
     from co3cli.simulate.flconfig import check_config
 
     check_config(cfg)
-    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 2:
-        raise InputError(f"--nproc {nproc!r} must be >= 2 (a server and at least one client)")
+    check_int("nproc", nproc, lo=2)  # a server and at least one client
     out = prepare_output(out, overwrite)
     out.mkdir(parents=True, exist_ok=True)
     for stale in STALE:  # before any rank starts writing
