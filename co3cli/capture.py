@@ -66,7 +66,6 @@ import errno
 import json
 import math
 import os
-import sys
 import tempfile
 import time
 import warnings
@@ -80,6 +79,7 @@ from co3cli.checks import check_int
 from co3cli.dump.output import (check_space, copy_to_stream, gzip_in_place, human_bytes,
                                 os_reason, stream_label)
 from co3cli.errors import InputError
+from co3cli.fileio import progress_bar
 from co3cli.recorder import NONFINITE_POLICIES, GradientRecorder
 from co3cli.tasks import (
     TorchThreads, build_model, check_optimizer, epoch_batches, get_task, load_task_data,
@@ -256,13 +256,6 @@ def _unpack(batch: Any, step: int, describe: str) -> tuple[Any, Any]:
                      "not an (x, y) pair")
 
 
-def _progress_bar(total, desc, progress):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr,
-                disable=not (progress and sys.stderr.isatty()))
-
-
 def run_job(out, attrs, model, opt, loss_fn, batches, *, task, t0, after, layers, steps, epochs,
             every, epoch_average, on_nonfinite, compression, progress, on_step, total,
             desc) -> CaptureSummary:
@@ -292,7 +285,7 @@ def run_job(out, attrs, model, opt, loss_fn, batches, *, task, t0, after, layers
                                average=epoch_average)
         numel = dict(model.named_parameters(remove_duplicate=False))
         row_bytes = sum(max(2 * 4 * numel[n].numel(), 1 << 15) for n in rec.layers)
-        with _progress_bar(total, desc, progress) as bar:
+        with progress_bar(progress, desc, total=total, unit="step") as bar:
             n_steps, n_epochs, loss_value, nonfinite = _train(
                 model, batches, loss_fn, opt, rec, steps=steps, epochs=epochs, every=every,
                 on_nonfinite=on_nonfinite, row_bytes=row_bytes, bar=bar, on_step=on_step,

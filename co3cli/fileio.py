@@ -124,11 +124,16 @@ def output_path(path: str | os.PathLike) -> Iterator[Path]:
             os.unlink(tmp)
 
 
-def progress_iter(it, enabled: bool, desc: str, total=None, unit: str = "layer"):
-    """``it`` with a tqdm bar on stderr when ``enabled`` and stderr is a terminal."""
-    if not enabled:
-        return it
+def progress_bar(enabled: bool, desc: str, *, total=None, unit: str = "layer", iterable=None,
+                 leave: bool = True):
+    """A tqdm bar on stderr, drawn only when ``enabled`` and stderr is a terminal (a disabled
+    bar still counts and iterates, silently): the one progress helper of every command."""
     from tqdm import tqdm
 
-    return tqdm(it, desc=desc, total=total, unit=unit, file=sys.stderr,
-                disable=not sys.stderr.isatty())
+    return tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, leave=leave,
+                disable=not (enabled and sys.stderr.isatty()))
+
+
+def progress_iter(it, enabled: bool, desc: str, total=None, unit: str = "layer"):
+    """``it`` with a :func:`progress_bar` (``it`` itself when not ``enabled``)."""
+    return progress_bar(True, desc, total=total, unit=unit, iterable=it) if enabled else it

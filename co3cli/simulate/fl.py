@@ -40,7 +40,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -362,12 +361,10 @@ class RunLog:
         doc.update(extra_config or {})
         (out / "config.json").write_text(json.dumps(doc, indent=2) + "\n")
         self.writer = open_dump(sim, out, engine) if engine == "in-process" else None
-        self.bar = None
-        if progress and sys.stderr.isatty():
-            from tqdm import tqdm
+        from co3cli.fileio import progress_bar
 
-            self.bar = tqdm(total=sim.cfg.rounds, desc=f"fl {sim.cfg.compressor}", unit="round",
-                            leave=False)
+        self.bar = progress_bar(progress, f"fl {sim.cfg.compressor}", total=sim.cfg.rounds,
+                                unit="round", leave=False)
         self.cumulative = 0
         self.best = self.final = None
         self.bpe_sum = self.ent_sum = 0.0
@@ -405,8 +402,8 @@ class RunLog:
         self.rounds_done = r + 1
         if on_round is not None:
             on_round(row)
-        if self.bar is not None:
-            self.bar.update(1)
+        self.bar.update(1)
+        if not self.bar.disable:
             post = {"loss": f"{row['train_loss']:.3f}", "bpe": f"{row['uplink_bits_per_entry']:.3f}"}
             if self.final is not None:
                 post["acc"] = f"{self.final:.4f}"
@@ -414,8 +411,7 @@ class RunLog:
 
     def close(self) -> None:
         self.csv_file.close()
-        if self.bar is not None:
-            self.bar.close()
+        self.bar.close()
         if self.writer is not None:
             self.writer.close()
 
