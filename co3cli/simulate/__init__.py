@@ -1,1 +1,9 @@
-"""Simulators: federated training through the codec (``fl``) and its compressors."""
+"""Simulated training through the codec: federated learning and stragglers.
+
+* ``fl`` (``Simulation``, ``run_fl``), ``flconfig`` (``FLConfig``, ``--config``/``--set``,
+  sweeps), ``flrun`` (the engines and sweeps behind ``co3 simulate fl``), ``flplot``, ``dist``
+  (the same run over ``torch.distributed`` processes, bit-identical): every client upload goes
+  through a :mod:`co3cli.compressors` compressor with its :class:`~co3cli.compressors.ErrorFeedback`.
+* ``uep``: UEP-coded approximate matrix multiplication against stragglers (codes, exact
+  analysis, Monte Carlo, coded back-propagation).
+"""

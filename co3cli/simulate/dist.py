@@ -230,14 +230,6 @@ def work(cfg, out: Path, rank: int, world: int) -> None:
 
 
 # -- launching -------------------------------------------------------------------------------------
-def _config_from_json(path: str):
-    from co3cli.simulate.flconfig import FLConfig
-
-    doc = json.loads(Path(path).read_text())
-    doc["dump_rounds"] = tuple(doc.get("dump_rounds", ()))
-    return FLConfig(**doc)
-
-
 def _write_config(cfg, path: Path) -> None:
     path.write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
 
@@ -349,7 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     timeout = _dt.timedelta(seconds=args.timeout)
     try:
-        cfg = _config_from_json(args.config)
+        from co3cli.simulate.flconfig import FLConfig, load_config_file
+
+        cfg = FLConfig.from_dict(load_config_file(args.config), f"config {args.config}")
         if args.store:
             store = dist.FileStore(args.store, args.world)
             dist.init_process_group("gloo", store=store, rank=args.rank,
