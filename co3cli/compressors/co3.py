@@ -70,7 +70,7 @@ class CO3(Compressor):
         scale = compute_scale(v, self.grid, self.params["scale"])
         _, counts = quantize(v, self.grid, scale, with_counts=True)
         weights, _ = model_weights(v[None, :], np.array([scale], np.float32), counts,
-                                      self.grid, self.params["model"])
+                                   self.grid, self.params["model"])
         table = self.coder.table_from_weights(weights)
         state.update(table=table, scale_fit=float(scale), rms_fit=rms, calls=0)
         state.pop("uncodable", None)  # derived from the table on first use
