@@ -76,8 +76,8 @@ from typing import Any, BinaryIO
 
 from co3cli import __version__
 from co3cli.checks import check_int
-from co3cli.dump.output import (check_space, copy_to_stream, gzip_in_place, human_bytes,
-                                os_reason, stream_label)
+from co3cli.dump.output import check_space, copy_to_stream, gzip_in_place, human_bytes, os_reason
+from co3cli.dump.schema import describe_target
 from co3cli.errors import InputError
 from co3cli.fileio import progress_bar
 from co3cli.recorder import NONFINITE_POLICIES, GradientRecorder
@@ -277,7 +277,7 @@ def run_job(out, attrs, model, opt, loss_fn, batches, *, task, t0, after, layers
         os.close(fd)
     else:
         path = os.fspath(out)
-    label = stream_label(out)
+    label = describe_target(out)
     rec = None
     try:
         rec = GradientRecorder(model, path, every=1 if epoch_average else every, layers=layers,
@@ -335,7 +335,7 @@ def _summary(desc, out, n_steps, n_epochs, loss_value, rec, model, file_bytes, t
     rows = rec.steps_recorded
     return CaptureSummary(
         task=desc,
-        out=stream_label(out) if not isinstance(out, str) else out,
+        out=describe_target(out) if not isinstance(out, str) else out,
         steps_trained=n_steps,
         steps_recorded=rows,
         layers=tuple(rec.layers),

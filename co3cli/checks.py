@@ -2,11 +2,12 @@
 
     check_int("refit_every", 0, lo=1)    -> InputError "refit_every=0 must be an integer >= 1"
     check_real("gamma", 2.0, 0.0, 1.0)   -> InputError "gamma=2.0 must be a number in [0, 1]"
-    check_int_list("class_sizes", "1,2") -> (1, 2)
+    check_int_list("class_sizes", "1,2", lenient=True) -> (1, 2)
 
 ``who`` prefixes the message with the object that refused it (``"co3: "``). ``lenient`` accepts
-integral floats and numeric strings (``3.0``, ``"3"``) where values come from a command line.
-Booleans are never numbers here.
+integral floats and numeric strings (``3.0``, ``"3"``, ``"1,2"``) where values come from a command
+line; by default only numbers are numbers (a string read from a file is refused). Booleans are
+never numbers here.
 """
 
 from __future__ import annotations
@@ -48,11 +49,11 @@ def check_int(name: str, v: Any, lo: int | None = None, hi: int | None = None, *
 
 def check_real(name: str, v: Any, lo: float = -math.inf, hi: float = math.inf, *,
                lo_open: bool = False, hi_open: bool = False, who: str = "",
-               strict: bool = False) -> float:
+               lenient: bool = False) -> float:
     """``v`` as a finite float within the interval (closed unless ``lo_open``/``hi_open``);
-    ``strict``: only a number is one (no numeric string, e.g. for values read from a file)."""
+    ``lenient``: a numeric string is a number too (only where a command line is parsed)."""
     x = None
-    if not isinstance(v, (bool, np.bool_)) and not (strict and isinstance(v, str)):
+    if not isinstance(v, (bool, np.bool_, str)) or (lenient and isinstance(v, str)):
         try:
             x = float(v)
         except (TypeError, ValueError):
@@ -68,16 +69,20 @@ def check_real(name: str, v: Any, lo: float = -math.inf, hi: float = math.inf, *
     return x
 
 
-def check_int_list(name: str, v: Any, lo: int = 1, *, who: str = "") -> tuple[int, ...]:
-    """A non-empty list of integers >= ``lo`` (a comma string or a scalar is accepted)."""
-    if isinstance(v, str):
+def check_int_list(name: str, v: Any, lo: int = 1, *, who: str = "",
+                   lenient: bool = False) -> tuple[int, ...]:
+    """A non-empty list (tuple, set, array) of integers >= ``lo``; ``lenient`` also takes a comma
+    string, a scalar and integral floats (where a command line is parsed)."""
+    if lenient and isinstance(v, str):
         v = [s for s in v.replace(" ", "").split(",") if s]
-    if np.isscalar(v):
+    if lenient and np.isscalar(v):
         v = [v]
-    try:
-        vals = [float(x) for x in v]
-    except (TypeError, ValueError):
-        vals = []
-    if not vals or any(not math.isfinite(x) or not x.is_integer() or x < lo for x in vals):
+    vals = None
+    if not isinstance(v, (str, bytes)) and hasattr(v, "__iter__"):
+        try:
+            vals = [check_int(name, x, lo, lenient=lenient) for x in v]
+        except InputError:
+            vals = None
+    if not vals:
         raise InputError(f"{who}{name}={v!r} must be a non-empty list of integers >= {lo}")
-    return tuple(int(x) for x in vals)
+    return tuple(vals)

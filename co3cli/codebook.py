@@ -29,7 +29,8 @@ from co3cli.coding import coder_from_config
 from co3cli.errors import Co3Error, InputError
 from co3cli.scales import FIT_SAMPLE
 from co3cli.tables import (
-    check_model, compact_meta, fit_table_model, model_weights, scale_and_quantize, scaled_sample,
+    check_model, fit_table_model, model_weights, scale_and_quantize, scaled_sample,
+    weights_from_fit,
 )
 
 SCHEMA = "co3.codebook/1"
@@ -137,11 +138,11 @@ def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=Fals
             layers[name] = {"table": coder.table_from_weights(weights).ints().tolist(),
                             "meta": meta}
     if pooled:
-        if model == "empirical":
-            weights, meta = total + 0.5, {"model": "empirical"}
-        else:
-            fit = fit_table_model(np.concatenate(samples), total, grid, model)
-            weights, meta = fit.pmf(grid, 1.0), compact_meta(fit)
+        fit = None if model == "empirical" else fit_table_model(np.concatenate(samples), total,
+                                                                grid, model)
+        weights, meta = weights_from_fit(fit, total, grid, model)
+        if model == "empirical":  # a saved table must code symbols unseen so far
+            weights = weights + 0.5
         layers = {POOLED: {"table": coder.table_from_weights(weights).ints().tolist(),
                            "meta": meta}}
     doc = {

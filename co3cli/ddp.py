@@ -81,7 +81,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from co3cli.checks import check_int
+from co3cli.checks import check_int, check_real
 from co3cli.coding import CODERS, row_length
 from co3cli.compressors import CO3, ErrorFeedback, get_compressor
 from co3cli.errors import CorruptDataError, InputError
@@ -130,8 +130,6 @@ class CO3State:
     def __init__(self, process_group: Any = None, *, format: str = "fp8-e5m2", coder: str = "ans",
                  gamma: float = 0.9, refit_every: int = 100, model: str = "gennorm-zi",
                  scale: str | None = None, exchange: str = "tensor"):
-        if isinstance(gamma, str):
-            raise InputError(f"CO3State: gamma={gamma!r} must be a number in [0, 1]")
         check_int("refit_every", refit_every, lo=1, who="CO3State: ")
         if exchange not in EXCHANGES:
             raise InputError(f"CO3State: exchange {exchange!r} is not one of {', '.join(EXCHANGES)}")
@@ -154,8 +152,15 @@ class CO3State:
 
     @property
     def gamma(self) -> float:
-        """The error memory's decay (``self.feedback.gamma``)."""
+        """The error memory's decay (``self.feedback.gamma``; settable, checked)."""
         return self.feedback.gamma
+
+    @gamma.setter
+    def gamma(self, value: float) -> None:
+        try:
+            self.feedback.gamma = value
+        except InputError as e:
+            raise InputError(f"CO3State: {e}") from None
 
     # ----------------------------------------------------------------- per parameter
     def _param(self, p: torch.Tensor) -> _ParamState:
@@ -230,6 +235,10 @@ class CO3State:
             if sd["config"].get(k) != self.config[k]:
                 raise InputError(f"CO3State: checkpoint has {k}={sd['config'].get(k)!r}, "
                                  f"this state has {self.config[k]!r}")
+        try:
+            gamma = check_real("gamma", sd["gamma"], 0.0, 1.0)
+        except InputError as e:
+            raise CorruptDataError(f"CO3State: checkpoint {e}") from None
         comp = self.compressor
         nsym = comp.grid.nsym
         params: dict[int, _ParamState] = {}
@@ -247,7 +256,7 @@ class CO3State:
             params[int(key)] = _ParamState(int(key), int(pd["numel"]), sender, receivers)
             memories[int(key)] = memory
         self._params = params
-        self.feedback.load_state_dict({"gamma": float(sd["gamma"]), "memories": memories})
+        self.feedback.load_state_dict({"gamma": gamma, "memories": memories})
         self.exchange = sd.get("exchange", self.exchange)
         self._stats = {**_empty_stats(), **sd.get("stats", {})}
         self._step = _StepTotals()

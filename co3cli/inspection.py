@@ -92,8 +92,8 @@ def codebook_summary(path: str | Path) -> CodebookInfo:
     grid = get_grid(b.format_id)
     rows = []
     for name, entry in b.doc["layers"].items():
-        ints = b.table_for(name).ints()
-        p = np.exp2(-ints.astype(float)) if "max_len" in b.doc["coder"] else ints / ints.sum()
+        table = b.table_for(name)
+        ints, p = table.ints(), table.pmf()
         p = p / p.sum()
         meta = entry.get("meta", {})
         params = meta.get("params", {})

@@ -90,7 +90,7 @@ def _get_kernel():
     return _kernel
 
 
-def _as_f32_1d(x) -> np.ndarray:
+def as_f32_1d(x) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype != np.float32:
         if not np.issubdtype(x.dtype, np.floating):
@@ -108,7 +108,7 @@ def _check_scale(scale) -> np.float32:
 
 def quantize(x, grid: Grid, scale, *, with_counts: bool = False, path: str = "numba"):
     """Symbols (uint16) of ``x`` on ``grid`` at ``scale``; optionally also their counts."""
-    x = _as_f32_1d(x)
+    x = as_f32_1d(x)
     s = _check_scale(scale)
     if path == "numba":
         out = np.empty(x.size, dtype=np.uint16)
@@ -132,7 +132,7 @@ def quantize(x, grid: Grid, scale, *, with_counts: bool = False, path: str = "nu
 
 def quantize_reference(x, grid: Grid, scale) -> np.ndarray:
     """Readable numpy oracle: ``searchsorted`` over cell edges, ties to the even index."""
-    x = _as_f32_1d(x)
+    x = as_f32_1d(x)
     y = x * _check_scale(scale)
     if not np.all(np.isfinite(y)):
         raise InputError("non-finite value(s) (NaN/Inf, or overflow of x*scale) cannot be quantized")
@@ -154,7 +154,7 @@ def quantize_torch(x, grid: Grid, scale) -> np.ndarray:
 
     if grid.id not in _TORCH_DTYPES:
         raise InputError(f"the torch path supports {sorted(_TORCH_DTYPES)}, not {grid.id!r}")
-    t = torch.from_numpy(_as_f32_1d(x)) * torch.tensor(_check_scale(scale), dtype=torch.float32)
+    t = torch.from_numpy(as_f32_1d(x)) * torch.tensor(_check_scale(scale), dtype=torch.float32)
     if not bool(torch.isfinite(t).all()):
         raise InputError("non-finite value(s) (NaN/Inf, or overflow of x*scale) cannot be quantized")
     t = t.clamp_(-grid.max_value, grid.max_value)

@@ -69,7 +69,7 @@ class Registry(Generic[T]):
         self._doc[id] = doc
 
     def __contains__(self, key: object) -> bool:
-        return key in self._entries
+        return isinstance(key, str) and key in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
@@ -124,7 +124,12 @@ class Registry(Generic[T]):
             raise InputError(f"{self.kind} config must be a dict with an 'id'; allowed ids: "
                              f"{self.allowed()}")
         params = dict(config)
-        return self.build(params.pop("id"), **params)
+        key = params.pop("id")
+        defaults = getattr(self.get(key), "PARAMS", {})
+        nulls = sorted(k for k, v in params.items() if v is None and defaults.get(k) is not None)
+        if nulls:  # a config states its values: null is not "the default" here
+            raise InputError(f"{self.kind} {key!r} config: {', '.join(nulls)} is null")
+        return self.build(key, **params)
 
 
 class _Lazy:

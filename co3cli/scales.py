@@ -85,9 +85,9 @@ def _clip(x: np.ndarray, grid: Grid) -> float | None:
 def compute_scale(x, grid: Grid, rule: str | None = None) -> np.float32:
     """Per-tensor scale for ``rule`` (``None``: ``absmax``, or ``clip`` for ``uniformB-cX``);
     1.0 for an all-zero tensor."""
-    from co3cli.quantize import _as_f32_1d
+    from co3cli.quantize import as_f32_1d
 
-    x = _as_f32_1d(x)
+    x = as_f32_1d(x)
     if grid.clip_sigma is not None:
         if rule not in (None, "clip"):
             raise InputError(f"format {grid.id!r} fixes its scale (clip at {grid.clip_sigma:g} "
@@ -136,10 +136,10 @@ def gennorm_quant_mse(grid, beta: float, c) -> np.ndarray | float:
 
     For X with scale alpha and pre-scale s = c/alpha the MSE is alpha^2 times this.
     """
-    from co3cli.models.families import _check_positive, _grid_arrays
+    from co3cli.models.families import check_positive, grid_arrays
 
-    mags, edges = _grid_arrays(grid)
-    beta = _check_positive(beta, "beta")
+    mags, edges = grid_arrays(grid)
+    beta = check_positive(beta, "beta")
     arr = np.asarray(c, dtype=np.float64)
     if np.any(~np.isfinite(arr)) or np.any(arr <= 0):
         raise InputError(f"c must be finite and > 0, got {c!r}")
@@ -184,10 +184,10 @@ def gennorm_mse_unit_scale(grid, beta: float) -> float:
     25 % and 1 - 1e-30 quantiles of |X|) and the three best local minima are refined by a
     bounded Brent search. Results are cached per (grid, round(beta, 4)).
     """
-    from co3cli.models.families import _check_positive, _grid_arrays
+    from co3cli.models.families import check_positive, grid_arrays
 
-    mags, edges = _grid_arrays(grid)
-    beta = _check_positive(beta, "beta")
+    mags, edges = grid_arrays(grid)
+    beta = check_positive(beta, "beta")
     from co3cli.models import BETA_BOUNDS
 
     if not BETA_BOUNDS[0] / 2 <= beta <= 50.0:
@@ -199,9 +199,9 @@ def gennorm_mse_unit_scale(grid, beta: float) -> float:
 def co3_poly_scale(beta: float, alpha: float) -> float:
     """The CO3 authors' fp4 rule s = max(p(beta), 0.0009) / alpha,
     p(b) = 0.46 - 2.85 b + 5.37 b^2 - 2.85 b^3 + 0.52 b^4 (fitted for beta in about [0.6, 2])."""
-    from co3cli.models.families import _check_positive
+    from co3cli.models.families import check_positive
 
-    b = _check_positive(beta, "beta")
-    alpha = _check_positive(alpha, "alpha")
+    b = check_positive(beta, "beta")
+    alpha = check_positive(alpha, "alpha")
     p = 0.46 - 2.85 * b + 5.37 * b ** 2 - 2.85 * b ** 3 + 0.52 * b ** 4
     return max(p, 0.0009) / alpha

@@ -54,11 +54,6 @@ TABLE_MODELS.register(lambda sample, counts, grid: None, id="empirical",
                       doc=models.MODELS.doc("empirical"))
 
 
-def table_models() -> tuple[str, ...]:
-    """Model ids a table can be frozen from (the default first)."""
-    return TABLE_MODELS.ids()
-
-
 def check_model(model: str) -> str:
     return TABLE_MODELS.check(model)
 

@@ -8,7 +8,7 @@
                                                        synthetic dataset --> (train, test)
 
 Used by ``co3 capture`` (``co3cli.capture``), federated learning (``co3cli.simulate.fl``) and
-the straggler training (``co3cli.simulate.uep_train``). All tasks are ReLU networks, so that,
+the straggler training (``co3cli.simulate.uep.train``). All tasks are ReLU networks, so that,
 as in real training, part of every gradient is exactly zero; all run offline:
 
     digits-mlp              8x8 digits,   MLP 64-64-10
@@ -145,13 +145,6 @@ def _resnet_cifar(widths: tuple[int, ...] = (64, 128, 256), blocks: int = 2,
     return nn.Sequential(OrderedDict(mods))
 
 
-SYNTHETIC_DATASETS: dict[str, dict[str, Any]] = {
-    "synthetic-cifar": {"n": 1280, "image_shape": (3, 32, 32), "latent": (3, 8, 8),
-                        "num_classes": 10, "margin": 6.0, "noise": 0.25, "data_seed": 0},
-}
-"""Generated datasets: fixed (their own ``data_seed``), so every run sees the same images."""
-
-
 SYNTHETIC_DATASETS: Registry[dict[str, Any]] = Registry("synthetic dataset")
 """Generated datasets (id -> generator spec): fixed (their own ``data_seed``), so every run sees
 the same images."""
@@ -244,13 +237,11 @@ def epoch_batches(train, batch_size: int, gen) -> Any:
         yield train.x[idx], train.y[idx]
 
 
-def evaluate(model, x, y, batch: int = 1024) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of ``model`` on ``(x, y)``, in eval mode, in batches of
-    ``batch`` (the model is put back in train mode); ``(nan, nan)`` without data."""
+def evaluate_counts(model, x, y, batch: int = 1024) -> tuple[float, int, int]:
+    """``(summed cross-entropy, correct predictions, entries)`` of ``model`` on ``(x, y)``, in
+    eval mode, in batches of ``batch`` (the model is put back in train mode)."""
     import torch
 
-    if len(y) == 0:
-        return math.nan, math.nan
     model.eval()
     loss, correct = 0.0, 0
     with torch.no_grad():
@@ -259,7 +250,15 @@ def evaluate(model, x, y, batch: int = 1024) -> tuple[float, float]:
             loss += float(torch.nn.functional.cross_entropy(out, y[i:i + batch], reduction="sum"))
             correct += int((out.argmax(1) == y[i:i + batch]).sum())
     model.train()
-    return loss / len(y), correct / len(y)
+    return loss, correct, len(y)
+
+
+def evaluate(model, x, y, batch: int = 1024) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy (:func:`evaluate_counts`); ``(nan, nan)`` without data."""
+    if len(y) == 0:
+        return math.nan, math.nan
+    loss, correct, n = evaluate_counts(model, x, y, batch)
+    return loss / n, correct / n
 
 
 class TorchThreads:

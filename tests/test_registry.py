@@ -40,6 +40,16 @@ def test_registry_builds_round_trips_and_lists():
     assert reg.allowed() == "small, length, gen-N"
 
 
+def test_registry_membership_and_null_configs():
+    reg, Small = _registry()
+    assert ["small"] not in reg and None not in reg  # unhashable or odd keys: not members
+    with pytest.raises(InputError, match="unknown widget"):
+        reg.get(["small"])
+    with pytest.raises(InputError, match="'small' config: size is null"):
+        reg.from_config({"id": "small", "size": None})
+    assert reg.from_config({"id": "small", "color": None}).config()["size"] == 1
+
+
 def test_registry_refuses_unknowns_naming_the_allowed():
     reg, Small = _registry()
     with pytest.raises(InputError, match=r"unknown widget 'big'; allowed: small, length, gen-N"):
@@ -67,11 +77,16 @@ def test_checks():
         check_real("gamma", 2.0, 0.0, 1.0)
     with pytest.raises(InputError, match=r"lr=0 must be a finite number > 0"):
         check_real("lr", 0, 0.0, lo_open=True)
-    for bad in (math.nan, "x", False):
+    for bad in (math.nan, "x", "0.5", False):  # strings are numbers only when lenient
         with pytest.raises(InputError):
             check_real("lr", bad, 0.0)
-    assert check_int_list("sizes", "1, 2,6") == (1, 2, 6)
-    assert check_int_list("sizes", 3) == (3,)
-    for bad in ("", [0], [1.5], "a"):
+    assert check_real("lr", "0.5", 0.0, lenient=True) == 0.5
+    assert check_int_list("sizes", (1, np.int64(2))) == (1, 2)
+    assert check_int_list("sizes", "1, 2,6", lenient=True) == (1, 2, 6)
+    assert check_int_list("sizes", 3, lenient=True) == (3,)
+    for bad in ("1,2", 3, [2.0], [True], [], [0]):  # strict: a list of integers only
         with pytest.raises(InputError, match="non-empty list of integers >= 1"):
             check_int_list("sizes", bad)
+    for bad in ("", [0], [1.5], "a"):
+        with pytest.raises(InputError, match="non-empty list of integers >= 1"):
+            check_int_list("sizes", bad, lenient=True)

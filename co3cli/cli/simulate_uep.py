@@ -1,8 +1,8 @@
 """``co3 simulate uep``: UEP-coded matrix multiplication against stragglers (analyze, mc, train).
 
-Moved here as they were from the one-file CLI; ``co3cli.simulate.uep*`` is being restructured,
-so the work that still lives in these commands (parsing lists into codes, the energies
-default, the provenance side file of ``train``) moves into the library with it.
+The commands parse their options and print; the work is in ``co3cli.simulate.uep.report``
+(building the codes, the analysis, the Monte Carlo check, the straggler setting and the training
+run with its provenance file).
 """
 
 from __future__ import annotations

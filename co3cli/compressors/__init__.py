@@ -19,4 +19,4 @@ from co3cli.compressors import baselines  # noqa: F401  (registers the baselines
 from co3cli.compressors.feedback import ErrorFeedback
 
 __all__ = ["COMPRESSORS", "CO3", "Compressor", "ErrorFeedback", "NoCompression", "Packet",
-           "get_compressor"]
+           "baselines", "get_compressor"]

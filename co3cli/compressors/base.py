@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from co3cli.quantize import as_f32_1d
 from co3cli.registry import Configurable, Registry
 
 COMPRESSORS: Registry = Registry("compressor")
@@ -64,11 +65,6 @@ class Compressor(Configurable, abc.ABC):
         """The payload -> ``v_hat`` (float32, ``numel`` entries), bit-identical to compress's."""
 
 
-def as_f32(v: np.ndarray) -> np.ndarray:
-    """``v`` as a contiguous 1-D float32 array (no copy when it is one already)."""
-    return np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
-
-
 @COMPRESSORS.register
 class NoCompression(Compressor):
     """float32 as is: 32 bits per entry, the reference."""
@@ -76,7 +72,7 @@ class NoCompression(Compressor):
     id = "none"
 
     def compress(self, v, state, rng):
-        v = as_f32(v)
+        v = as_f32_1d(v)
         return Packet(v.astype("<f4").tobytes(), v.copy(), None)
 
     def decompress(self, payload, numel, state):

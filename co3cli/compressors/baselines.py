@@ -81,10 +81,11 @@ import struct
 
 import numpy as np
 
-from co3cli.errors import CorruptDataError, InputError
 from co3cli.checks import check_int, check_real
+from co3cli.compressors.base import COMPRESSORS, Compressor, Packet
+from co3cli.errors import CorruptDataError, InputError
+from co3cli.quantize import as_f32_1d
 from co3cli.tables import entropy_bits
-from co3cli.compressors.base import COMPRESSORS, Compressor, Packet, as_f32
 from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -161,7 +162,7 @@ class QSGD(Compressor):
         return (np.arange(-s, s + 1, dtype=np.float64) / s * float(norm)).astype(np.float32)
 
     def compress(self, v, state, rng):
-        v = as_f32(v)
+        v = as_f32_1d(v)
         s = int(self.params["levels"])
         v64 = v.astype(np.float64)
         norm64 = float(np.sqrt(np.dot(v64, v64)))
@@ -203,7 +204,7 @@ class TopK(Compressor):
         check_real("fraction", self.params["fraction"], 0.0, 1.0, lo_open=True, who=f"{self.id}: ")
 
     def compress(self, v, state, rng):
-        v = as_f32(v)
+        v = as_f32_1d(v)
         n = v.size
         k = min(n, max(1, math.ceil(float(self.params["fraction"]) * n)))
         idx = np.sort(np.argpartition(-np.abs(v), k - 1)[:k]) if k < n else np.arange(n)
@@ -244,7 +245,7 @@ class SignSGD(Compressor):
     id = "signsgd"
 
     def compress(self, v, state, rng):
-        v = as_f32(v)
+        v = as_f32_1d(v)
         scale = np.float32(min(float(np.mean(np.abs(v.astype(np.float64)))), _F32_MAX))
         neg = v < 0
         payload = struct.pack("<f", scale) + np.packbits(neg).tobytes()
@@ -287,7 +288,7 @@ class Sketch(Compressor):
         check_int("rows", p["rows"], 1, 64, who=f"{self.id}: ")
         if p["cols"] is not None:
             check_int("cols", p["cols"], 1, 1 << 28, who=f"{self.id}: ")
-        check_real("width", p["width"], 0.0, 1000.0, lo_open=True, who="sketch: ", strict=True)
+        check_real("width", p["width"], 0.0, 1000.0, lo_open=True, who="sketch: ")
         if p["unsketch"] not in self.UNSKETCH:
             raise InputError(f"sketch: unsketch={p['unsketch']!r} must be one of "
                              f"{', '.join(self.UNSKETCH)}")
@@ -327,7 +328,7 @@ class Sketch(Compressor):
         return est
 
     def compress(self, v, state, rng):
-        v = as_f32(v)
+        v = as_f32_1d(v)
         h, sign = self._hashes(v.size, state)
         r, c = int(self.params["rows"]), self.ncols(v.size)
         w = (sign.astype(np.float64) * v.astype(np.float64)).reshape(-1)
@@ -412,7 +413,7 @@ class TinyScript(Compressor):
         return np.concatenate([-pos[::-1], pos]).astype(np.float32)
 
     def compress(self, v, state, rng):
-        v = as_f32(v)
+        v = as_f32_1d(v)
         R = int(self.params["bits"])
         pos = self.positive_levels(v)
         lev = self._levels(pos)

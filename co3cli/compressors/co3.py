@@ -35,8 +35,9 @@ import numpy as np
 
 from co3cli.checks import check_int
 from co3cli.coding import CODERS
-from co3cli.compressors.base import COMPRESSORS, Compressor, Packet, as_f32
-from co3cli.errors import CorruptDataError
+from co3cli.compressors.base import COMPRESSORS, Compressor, Packet
+from co3cli.errors import CorruptDataError, InputError
+from co3cli.quantize import as_f32_1d
 from co3cli.tables import entropy_bits
 
 
@@ -55,12 +56,15 @@ class CO3(Compressor):
         from co3cli.tables import TABLE_MODELS
 
         p = self.params
-        self.grid = get_grid(p["format"])
-        self.coder = CODERS.build(p["coder"])
-        TABLE_MODELS.check(p["model"])
         check_int("refit_every", p["refit_every"], lo=1, who="co3: ")
-        if p["scale"] is not None:  # validated once, on a tiny tensor
-            compute_scale(np.ones(4, np.float32), self.grid, p["scale"])
+        try:
+            self.grid = get_grid(p["format"])
+            self.coder = CODERS.build(p["coder"])
+            TABLE_MODELS.check(p["model"])
+            if p["scale"] is not None:  # validated once, on a tiny tensor
+                compute_scale(np.ones(4, np.float32), self.grid, p["scale"])
+        except InputError as e:
+            raise InputError(f"co3: {e}") from None
 
     def _refit(self, v: np.ndarray, state: dict, rms: float) -> bytes:
         from co3cli.quantize import quantize
@@ -80,7 +84,7 @@ class CO3(Compressor):
         from co3cli.quantize import dequantize, quantize
         from co3cli.varint import uvarints_to_bytes
 
-        v = as_f32(v)
+        v = as_f32_1d(v)
         rms = math.sqrt(float(np.dot(v, v)) / v.size)
         table_bytes = b""
         if "table" not in state or state["calls"] >= self.params["refit_every"]:

@@ -34,9 +34,17 @@ class ErrorFeedback:
     """Error-feedback memories ``e`` (float32, one per key) with decay ``gamma``."""
 
     def __init__(self, gamma: float):
-        self.gamma = check_real("gamma", gamma, 0.0, 1.0)
-        self._gamma32 = np.float32(self.gamma)
+        self.gamma = gamma
         self._memory: dict[Hashable, np.ndarray] = {}
+
+    @property
+    def gamma(self) -> float:
+        return self._gamma
+
+    @gamma.setter
+    def gamma(self, value: float) -> None:
+        self._gamma = check_real("gamma", value, 0.0, 1.0)
+        self._gamma32 = np.float32(self._gamma)
 
     def correct(self, key: Hashable, g: np.ndarray) -> np.ndarray:
         """``v = g + gamma * e`` for ``key`` (float32 1-D; ``g`` itself without a memory)."""
@@ -81,6 +89,6 @@ class ErrorFeedback:
                 "memories": {k: e.copy() for k, e in self._memory.items()}}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        self.__init__(sd["gamma"])
+        self.gamma = sd["gamma"]
         self._memory = {k: np.array(e, dtype=np.float32).reshape(-1)
                         for k, e in sd["memories"].items()}

@@ -32,15 +32,6 @@ def human_bytes(n: float) -> str:
     return f"{n} B"
 
 
-def stream_label(out: Any) -> str:
-    """How messages name an output: the path, ``<stdout>`` for ``-``, else the object's name."""
-    if isinstance(out, str) and out == "-":
-        return "<stdout>"
-    if isinstance(out, (str, os.PathLike)):
-        return os.fspath(out)
-    return str(getattr(out, "name", out))
-
-
 class CountingWriter:
     """A binary stream that counts the bytes written through it (for ``-`` / file objects)."""
 

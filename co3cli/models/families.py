@@ -232,7 +232,7 @@ def pmf_from_counts(counts) -> np.ndarray:
     return _floor_normalise(c / total if total > 0 else np.full(c.size, 1.0 / c.size))
 
 
-def _grid_arrays(grid) -> tuple[np.ndarray, np.ndarray]:
+def grid_arrays(grid) -> tuple[np.ndarray, np.ndarray]:
     try:
         mags = np.asarray(grid.magnitudes, dtype=np.float64)
         edges = np.asarray(grid.edges, dtype=np.float64)
@@ -246,7 +246,7 @@ def _grid_arrays(grid) -> tuple[np.ndarray, np.ndarray]:
     return mags, edges
 
 
-def _check_positive(v, name: str) -> float:
+def check_positive(v, name: str) -> float:
     try:
         f = float(v)
     except (TypeError, ValueError):

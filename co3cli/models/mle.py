@@ -13,7 +13,7 @@ from co3cli.errors import InputError
 
 from co3cli.models.families import (
     _CHUNK, _LOG2, _NEWTON_TOL, _SPECS, _SUBSAMPLE, BETA_BOUNDS, DEFAULT_MODEL, _as_t,
-    _check_model, _check_positive, _floor_normalise, _GenNorm, _grid_arrays, _Laplace, _Normal,
+    _check_model, check_positive, _floor_normalise, _GenNorm, grid_arrays, _Laplace, _Normal,
     _out, abs_cell_masses, pmf_from_counts,
 )
 
@@ -47,8 +47,8 @@ class Fit:
                              f"got {sorted(params)}")
         clean = {}
         for k in want:
-            clean[k] = check_real(k, params[k], 0.0, lo_open=True, who="fit: ", strict=True)
-        p0 = check_real("p0", self.p0, 0.0, 1.0, who="fit: ", strict=True)
+            clean[k] = check_real(k, params[k], 0.0, lo_open=True, who="fit: ")
+        p0 = check_real("p0", self.p0, 0.0, 1.0, who="fit: ")
         if not zi and p0 != 0.0:
             raise InputError(f"fit: model {model!r} is not zero-inflated; p0 must be 0")
         for name in ("n", "n_nonzero"):
@@ -169,8 +169,8 @@ class Fit:
         table from the quantizer's own symbols (ties to even), pass its counts to
         :func:`pmf_from_counts`.
         """
-        mags, edges = _grid_arrays(grid)
-        scale = _check_positive(scale, "scale")
+        mags, edges = grid_arrays(grid)
+        scale = check_positive(scale, "scale")
         K = mags.size - 1
         if self.model == "empirical":
             x = self.data

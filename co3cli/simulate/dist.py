@@ -48,7 +48,6 @@ import zlib
 from pathlib import Path
 from typing import Callable
 
-from co3cli.checks import check_int
 from co3cli.errors import Co3Error, CorruptDataError, InputError
 
 MAGIC = b"CO3M"
@@ -250,7 +249,8 @@ def launch(cfg, out: str | os.PathLike, nproc: int, *, overwrite: bool = False,
     from co3cli.simulate.flconfig import check_config
 
     check_config(cfg)
-    check_int("nproc", nproc, lo=2)  # a server and at least one client
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 2:
+        raise InputError(f"--nproc {nproc!r} must be >= 2 (a server and at least one client)")
     out = prepare_output(out, overwrite)
     out.mkdir(parents=True, exist_ok=True)
     for stale in STALE:  # before any rank starts writing

@@ -112,7 +112,7 @@ def class_block_energies(class_sizes: Sequence[int], s: float, m: float, mu_a: A
                          mu_b: Any, var_b: Any) -> np.ndarray:
     """Per-block energies (K,), class order, when the blocks of class c have entries with mean
     and variance mu_a[c], var_a[c] (A-part) and mu_b[c], var_b[c] (B-part); scalars broadcast."""
-    ks = check_int_list("class_sizes", class_sizes)
+    ks = check_int_list("class_sizes", class_sizes, lenient=True)
     L = len(ks)
     cols = [np.broadcast_to(np.asarray(v, dtype=np.float64), (L,)) for v in (mu_a, var_a, mu_b, var_b)]
     per_class = [block_energy(s, m, *(c[i] for c in cols)) for i in range(L)]

@@ -103,7 +103,7 @@ class Code(Configurable, abc.ABC):
             raise InputError(f"{self._who()}class_sizes is required (e.g. class_sizes=[3, 3, 3])")
         self.params = {**self.PARAMS, **{k: v for k, v in params.items() if v is not None}}
         self.class_sizes = check_int_list("class_sizes", self.params["class_sizes"],
-                                          who=self._who())
+                                          who=self._who(), lenient=True)
         self.params["class_sizes"] = list(self.class_sizes)
         self.check()
 

@@ -159,7 +159,7 @@ def partition(A: Any, B: Any, *, mode: str = "rxc", blocks: Any = None,
 def check_class_sizes(code: Code, K: int, class_sizes: Any = None) -> None:
     """The code fits a partition of K blocks (and, if given, has these ``class_sizes``)."""
     if class_sizes is not None:
-        given = check_int_list("class_sizes", class_sizes)
+        given = check_int_list("class_sizes", class_sizes, lenient=True)
         if given != code.class_sizes:
             raise InputError(f"class_sizes {list(given)} differ from the code's "
                              f"{list(code.class_sizes)}")

@@ -28,9 +28,6 @@ from co3cli.simulate.uep.codes import CODES, get_code
 from co3cli.simulate.uep.latency import Latency
 from co3cli.simulate.uep.montecarlo import monte_carlo
 
-SCHEMES = CODES.ids()
-
-
 def build_codes(schemes: Sequence[str], *, windows: Sequence[float], classes: Sequence[int],
                 workers: int, r: int = 2) -> dict[str, Any]:
     """The codes of ``schemes`` for one setting (uncoded and repetition fix their workers)."""
@@ -206,7 +203,7 @@ def to_json(obj) -> str:
 def train_to_files(task: str, cfg, output, *, steps: int, batch_size: int, lr: float, seed: int,
                    eval_every: int, target: float | None, progress: bool) -> dict[str, Any]:
     """Run ``train_coded`` into the CSV ``output`` (path or ``-``) and, beside a path, its
-    provenance ``output.json`` (``co3.simulate-uep-train/1``: config, versions, summary); both
+    provenance ``<output>.json`` (``co3.simulate-uep-train/1``: config, versions, summary); both
     appear only when the run finished. Returns the summary."""
     import contextlib
     from pathlib import Path
