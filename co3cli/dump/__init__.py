@@ -39,11 +39,17 @@ Extensions written by ``co3cli.recorder.GradientRecorder`` (all optional, all st
     grads/<name> attrs dtype   storage type: "float32", "float16" or "bfloat16". h5py has no
                        bfloat16, so bfloat16 rows are stored as uint16 bit patterns (the high
                        half of the float32); ``read_layer`` returns float32 for every type.
+                       The reader also accepts "float64" (a float64 dataset from another
+                       tool; read rounded to float32, as the attribute declares).
 
 Layer names are dataset paths relative to ``grads``; the group is walked recursively, so
 ``grads/raw/fc1.weight`` is the layer ``raw/fc1.weight``. Rows are C-order flattenings of the
-parameter (``g.reshape(-1)``). Writers should store float32; the reader accepts any real numeric
-dtype and any HDF5 layout or standard filter (chunked, gzip) and returns float32.
+parameter (``g.reshape(-1)``). Writers should store float32. The reader's dtype policy: a layer
+without a ``dtype`` attribute must be float32; float16 and float64 are read (as float32) only
+when the ``dtype`` attribute names them, so nothing is rounded without the file saying so, and
+an undeclared one is refused with a line saying how to fix it; integer datasets are refused
+(except uint16 declared ``dtype="bfloat16"``). Any HDF5 layout or standard filter (chunked,
+gzip) is read; ``read_layer`` returns float32.
 
 Reading is lazy and validated. ``Dump.open`` checks the structure (schema version, ``grads``,
 ``steps``, ``loss``, every layer's rank, rows and ``shape`` attribute) without reading data;

@@ -15,7 +15,7 @@ from co3cli.dump.schema import (
     SCHEMA,
     SCHEMA_MAJOR,
     SCHEMA_RE,
-    STORAGE_DTYPES,
+    READ_DTYPES,
     STREAM_RE,
     bf16_to_float32,
     decode_attr,
@@ -182,14 +182,8 @@ class Dump:
                     raise InputError(
                         f"{where}: dataset {path!r} has {ds.shape[0]} rows but 'steps' has {nsteps}"
                     )
+                self._check_dtype(ds, path, where)
                 stored = decode_attr(ds.attrs["dtype"]) if "dtype" in ds.attrs else None
-                if stored is not None and (
-                    stored not in STORAGE_DTYPES or ds.dtype != np.dtype(STORAGE_DTYPES[stored])
-                ):
-                    raise InputError(
-                        f"{where}: dataset {path!r} has dtype {ds.dtype} but attribute "
-                        f"dtype={stored!r} (allowed: float32, float16, bfloat16 as uint16)"
-                    )
                 if self._streams and name.split("/", 1)[0] not in self._streams:
                     raise InputError(
                         f"{where}: layer {name!r} is not under one of the streams {self._streams}"
@@ -205,6 +199,30 @@ class Dump:
             self._attrs = {k: decode_attr(v) for k, v in f.attrs.items()}
         except (OSError, KeyError, RuntimeError) as exc:
             raise InputError(f"{where}: cannot read the dump structure: {exc}") from exc
+
+    @staticmethod
+    def _check_dtype(ds, path: str, where: str) -> None:
+        """A layer is float32, or the storage type its ``dtype`` attribute declares."""
+        stored = decode_attr(ds.attrs["dtype"]) if "dtype" in ds.attrs else None
+        if stored is not None:
+            if not isinstance(stored, str) or stored not in READ_DTYPES or ds.dtype != np.dtype(READ_DTYPES[stored]):
+                raise InputError(
+                    f"{where}: dataset {path!r} has dtype {ds.dtype} but attribute "
+                    f"dtype={stored!r} (allowed: float32, float16, float64, bfloat16 as uint16)"
+                )
+        elif ds.dtype.kind in "iu":
+            raise InputError(
+                f"{where}: dataset {path!r} has integer dtype {ds.dtype}; gradients are floats "
+                "(store float32, or bfloat16 bit patterns as uint16 with attribute "
+                "dtype='bfloat16')"
+            )
+        elif ds.dtype != np.float32:
+            fix = (f", or set the dataset attribute dtype={ds.dtype.name!r} to read it as float32"
+                   if ds.dtype.name in READ_DTYPES else "")
+            raise InputError(
+                f"{where}: dataset {path!r} is {ds.dtype} without a 'dtype' attribute; "
+                f"store float32{fix}"
+            )
 
     @staticmethod
     def _per_step_series(f, key: str, nsteps: int, where: str):

@@ -28,6 +28,11 @@ NONFINITE_POLICIES = ("error", "zero")
 STORAGE_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "uint16"}
 """Storage types of a layer (its ``dtype`` attribute) -> the HDF5 dataset's numpy dtype."""
 
+READ_DTYPES = {**STORAGE_DTYPES, "float64": "float64"}
+"""The ``dtype`` attributes the reader accepts: the storage types plus ``float64`` (written by
+other tools; read rounded to float32, which the attribute declares). A layer without the
+attribute must be a float32 dataset."""
+
 STREAM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
