@@ -14,11 +14,18 @@ Codebook file (``co3.codebook/1``, JSON)::
 
 ``table`` is the list of code lengths (huffman) or frequencies (ans, which also records its
 ``precision`` in ``coder``). A layer missing from ``layers`` uses ``"*"`` when present.
+
+``load`` is the one gate for every reader (``co3 compress --codebook``, ``co3 codebook show``):
+it refuses a file over ``MAX_BYTES`` (64 MiB) or nested deeper than ``MAX_DEPTH`` (64; counted
+before parsing), then checks the schema, the checksum and the whole structure: format (a known
+grid, config as the grid states it), coder (through the coder registry), scale rule, model, and
+every layer an object with an integer ``table`` of the grid's size and an object ``meta``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -77,35 +84,112 @@ def _checksum(doc: dict) -> int:
     return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
-def load(path) -> Codebook:
-    """Read and verify a codebook file (schema, checksum, tables)."""
-    from co3cli.formats import get_grid
+MAX_BYTES = 64 << 20
+"""Largest codebook file ``load`` reads (64 MiB: a 65536-symbol table for ~300 layers)."""
+MAX_DEPTH = 64
+"""Deepest JSON nesting ``load`` parses (a codebook written by ``build`` has 5 or 6 levels)."""
 
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_OPEN, _CLOSE = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uint8)
+
+
+def _depth(data: bytes) -> int:
+    """Deepest bracket nesting of a JSON text, counted outside strings (vectorized)."""
+    bare = np.frombuffer(_STRING.sub(b'""', data), np.uint8)
+    opens, closes = np.isin(bare, _OPEN), np.isin(bare, _CLOSE)
+    steps = opens[opens | closes].astype(np.int32) * 2 - 1
+    depth, deepest = 0, 0
+    for i in range(0, steps.size, 1 << 22):  # chunks bound the cumsum's memory
+        run = depth + np.cumsum(steps[i:i + (1 << 22)], dtype=np.int64)
+        deepest, depth = max(deepest, int(run.max())), int(run[-1])
+    return deepest
+
+
+def _read(path, where: str) -> dict:
+    """The codebook's JSON document, read within the size and nesting limits."""
     try:
         with open(path, "rb") as f:
-            doc = json.loads(f.read())
+            data = f.read(MAX_BYTES + 1)
     except OSError as e:
         raise InputError(f"cannot read codebook {str(path)!r}: {e.strerror}") from None
-    except ValueError:
-        raise InputError(f"codebook {str(path)!r} is not valid JSON") from None
+    if len(data) > MAX_BYTES:
+        raise InputError(f"{where} is larger than the {MAX_BYTES >> 20} MiB limit")
+    if _depth(data) > MAX_DEPTH:
+        raise InputError(f"{where} nests deeper than {MAX_DEPTH} levels (not a codebook)")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        raise InputError(f"{where} is not valid JSON") from None
+
+
+def _real_or_none(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _check_layer(name, entry, coder, nsym: int) -> None:
+    """One ``layers`` entry: an object with an integer ``table`` of ``nsym`` and a ``meta``."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("meta"), dict):
+        raise InputError(f"layer {name!r} is not an object with a 'table' and a 'meta' object")
+    table = entry.get("table")
+    ints = np.asarray(table) if isinstance(table, list) else None
+    if ints is None or ints.ndim != 1 or ints.dtype.kind not in "iu" or ints.size != nsym:
+        raise InputError(f"layer {name!r}: 'table' is not a list of {nsym} integers")
+    if ints.min() < 0 or ints.max() >= 1 << 32 or not np.any(ints > 0):
+        raise InputError(f"layer {name!r}: table entries must be in 0..2**32-1, some positive")
+    meta = entry["meta"]
+    params = meta.get("params", {})
+    if not isinstance(params, dict) or not all(
+            _real_or_none(v) for v in (params.get("beta"), meta.get("p0"))):
+        raise InputError(f"layer {name!r}: 'meta' has a non-numeric params.beta or p0")
+    if not isinstance(meta.get("model"), (str, type(None))):
+        raise InputError(f"layer {name!r}: 'meta' model is not a string")
+    coder.table_from_ints(table)
+
+
+def _check_doc(doc: dict) -> None:
+    """Everything ``compress`` and ``codebook show`` rely on, checked once at load."""
+    from co3cli.formats import get_grid
+    from co3cli.scales import SCALE_RULES
+    from co3cli.tables import check_model
+
+    for key, kind in (("format", dict), ("coder", dict), ("layers", dict), ("source", dict),
+                      ("scale_rule", str), ("model", str), ("co3cli_version", str)):
+        if not isinstance(doc.get(key, {} if key == "source" else None), kind):
+            what = "a string" if kind is str else "an object"
+            raise InputError(f"{key!r} is missing or not {what}")
+    check_model(doc["model"])
+    grid = get_grid(doc["format"].get("id"))
+    if grid.clip_sigma is None:
+        SCALE_RULES.check(doc["scale_rule"])
+    elif doc["scale_rule"] != "clip":  # a uniformB-cX format fixes its scale
+        raise InputError(f"scale rule {doc['scale_rule']!r} with format {grid.id!r} "
+                         "(expected 'clip')")
+    Codebook(doc).check_compatible(grid)
+    coder = coder_from_config(doc["coder"])
+    if not doc["layers"]:
+        raise InputError("'layers' is empty")
+    for name, entry in doc["layers"].items():
+        _check_layer(name, entry, coder, grid.nsym)
+
+
+def load(path) -> Codebook:
+    """Read and verify a codebook file: at most ``MAX_BYTES``, nested at most ``MAX_DEPTH``
+    deep, the schema, the checksum and the whole structure (format, coder, scale rule, model,
+    every layer's table and meta), so that every reader of a loaded book may trust it."""
+    where = f"codebook {str(path)!r}"
+    doc = _read(path, where)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else None
-        raise InputError(f"codebook {str(path)!r} has schema {found!r}; expected {SCHEMA!r}")
+        raise InputError(f"{where} has schema {found!r}; expected {SCHEMA!r}")
     if doc.get("checksum") != _checksum(doc):
-        raise InputError(f"codebook {str(path)!r} fails its checksum (edited or corrupted)")
+        raise InputError(f"{where} fails its checksum (edited or corrupted)")
     try:
-        book = Codebook(doc)
-        grid = get_grid(book.format_id)
-        book.check_compatible(grid)
-        for name in doc["layers"]:
-            t = book.table_for(name)
-            if len(t.ints()) != grid.nsym:
-                raise InputError(f"layer {name!r}: table size {len(t.ints())} != {grid.nsym}")
-    except (KeyError, TypeError, AttributeError) as e:
-        raise InputError(f"codebook {str(path)!r} is malformed ({e})") from None
+        _check_doc(doc)
+    except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as e:
+        raise InputError(f"{where} is malformed ({e})") from None
     except Co3Error as e:
-        raise InputError(f"codebook {str(path)!r}: {e}") from None
-    return book
+        raise InputError(f"{where}: {e}") from None
+    return Codebook(doc)
 
 
 def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=False,

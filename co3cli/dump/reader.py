@@ -205,7 +205,8 @@ class Dump:
         """A layer is float32, or the storage type its ``dtype`` attribute declares."""
         stored = decode_attr(ds.attrs["dtype"]) if "dtype" in ds.attrs else None
         if stored is not None:
-            if not isinstance(stored, str) or stored not in READ_DTYPES or ds.dtype != np.dtype(READ_DTYPES[stored]):
+            known = isinstance(stored, str) and stored in READ_DTYPES
+            if not known or ds.dtype != np.dtype(READ_DTYPES[stored]):
                 raise InputError(
                     f"{where}: dataset {path!r} has dtype {ds.dtype} but attribute "
                     f"dtype={stored!r} (allowed: float32, float16, float64, bfloat16 as uint16)"
