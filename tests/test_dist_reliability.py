@@ -75,7 +75,9 @@ def test_ranks_die_with_a_killed_launcher(tmp_path):
     cmd = [sys.executable, "-m", "co3cli", "simulate", "fl", "--task", "digits-mlp",
            "--clients", "4", "--rounds", "100000", "--batch-size", "8", "--eval-every", "1000",
            "--engine", "torchrun", "--nproc", "3", "--timeout", "60", "-o", str(out)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    systmp = tmp_path / "tmp"  # the killed launcher cannot remove its temporary folder
+    systmp.mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TMPDIR=str(systmp))
     launcher = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
     ranks = []
@@ -115,13 +117,14 @@ def test_a_stopped_rank_is_named_and_the_job_ends(tmp_path, stopped):
                 wait_for_rows(out, 2, alive=lambda: all(p.poll() is None for p in procs))
             except AssertionError:
                 return
-            os.kill(procs[stopped].pid, signal.SIGSTOP)
+            procs[stopped].send_signal(signal.SIGSTOP)
             seen["t"] = time.monotonic()
 
         threading.Thread(target=run, daemon=True).start()
 
     with pytest.raises(InputError) as info:
         launch(LONG, out, 3, timeout=timeout, on_start=stopper)
+    assert "t" in seen, f"the job ended before rank {stopped} was stopped: {info.value}"
     took = time.monotonic() - seen["t"]
     msg = str(info.value)
     assert "\n" not in msg, msg
