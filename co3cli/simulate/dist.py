@@ -25,10 +25,14 @@ in-process one give bit-identical models and identical byte counts (tested).
 
 Launch: ``launch(cfg, out, nproc)`` starts ``nproc`` processes of ``python -m
 co3cli.simulate.dist`` on this machine (gloo, a FileStore in a temporary folder, one torch thread
-each) and watches them: a rank that exits early stops the job with an error naming the rank and
-the round, and ``metrics.csv`` stays valid up to the last finished round. For several machines,
+each, the config on their stdin) and watches them (``co3cli.simulate.ranks``): a rank that exits
+early stops the job with an error naming the rank and the round, one that sends no heartbeat for
+``--timeout`` seconds (stopped, wedged) is named as the one that stopped answering; the others are
+killed, and ``metrics.csv`` stays valid up to the last finished round. The ranks die with the
+launcher (parent-death signal, and a watch on their parent). For several machines,
 ``torchrun_command`` prints the equivalent ``torchrun`` line (the module reads ``RANK``,
-``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` from the environment when no ``--store`` is given).
+``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` from the environment when no ``--store`` is given;
+there ``--timeout`` is gloo's own timeout).
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ import json
 import math
 import os
 import shlex
+import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +53,7 @@ from pathlib import Path
 from typing import Callable
 
 from co3cli.errors import Co3Error, CorruptDataError, InputError
+from co3cli.simulate.ranks import Rank, beat_period, die_with_launcher, gloo_timeout, watch
 
 MAGIC = b"CO3M"
 _HEAD = struct.Struct("<4sIIIddddddB")
@@ -229,10 +234,6 @@ def work(cfg, out: Path, rank: int, world: int) -> None:
 
 
 # -- launching -------------------------------------------------------------------------------------
-def _write_config(cfg, path: Path) -> None:
-    path.write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
-
-
 def torchrun_command(cfg_path: str | os.PathLike, out: str | os.PathLike, nproc: int,
                      nnodes: int = 1, endpoint: str = "HOST:29500") -> str:
     """The ``torchrun`` line that runs the same job over ``nnodes`` machines."""
@@ -244,7 +245,10 @@ def torchrun_command(cfg_path: str | os.PathLike, out: str | os.PathLike, nproc:
 def launch(cfg, out: str | os.PathLike, nproc: int, *, overwrite: bool = False,
            timeout: float = DEFAULT_TIMEOUT, progress: bool = False,
            on_start: Callable[[list], None] | None = None):
-    """Run ``cfg`` on ``nproc`` local processes (1 server + nproc-1 clients); an FLResult."""
+    """Run ``cfg`` on ``nproc`` local processes (1 server + nproc-1 clients); an FLResult.
+
+    A rank that exits early, or sends no heartbeat for ``timeout`` seconds, stops the job: every
+    rank is killed and one InputError names it. ``on_start`` gets the Popen objects."""
     from co3cli.simulate.fl import STALE, Diverged, FLResult, prepare_output
     from co3cli.simulate.flconfig import check_config
 
@@ -255,58 +259,32 @@ def launch(cfg, out: str | os.PathLike, nproc: int, *, overwrite: bool = False,
     out.mkdir(parents=True, exist_ok=True)
     for stale in STALE:  # before any rank starts writing
         (out / stale).unlink(missing_ok=True)
-    with tempfile.TemporaryDirectory(prefix="co3-fl-") as tmp:
-        cfg_path = Path(tmp) / "config.json"
-        _write_config(cfg, cfg_path)
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        procs, logs = [], []
+    config = (json.dumps(cfg.to_dict()) + "\n").encode()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    tmp = Path(tempfile.mkdtemp(prefix="co3-fl-")).resolve()  # the store and the ranks' logs
+    ranks: list[Rank] = []
+    try:
         for rank in range(nproc):
-            log = open(Path(tmp) / f"rank{rank}.log", "w+")
-            cmd = [sys.executable, "-m", "co3cli.simulate.dist", "--config", str(cfg_path),
+            cmd = [sys.executable, "-m", "co3cli.simulate.dist", "--config", "-",
                    "--out", str(out), "--rank", str(rank), "--world", str(nproc),
-                   "--store", str(Path(tmp) / "store"), "--timeout", str(timeout)]
+                   "--store", str(tmp / "store"), "--timeout", str(timeout)]
             if rank == 0 and progress:
                 cmd.append("--progress")
-            procs.append(subprocess.Popen(cmd, env=env, stdout=log,
-                                          stderr=None if rank == 0 and progress else log))
-            logs.append(log)
+            ranks.append(Rank.start(rank, cmd, config, tmp / f"rank{rank}.log", env=env,
+                                    stderr_to_log=not (rank == 0 and progress)))
         if on_start is not None:
-            on_start(procs)
-        failed = None
-        try:
-            while any(p.poll() is None for p in procs):
-                for rank, p in enumerate(procs):
-                    if p.poll() not in (None, 0) and failed is None:
-                        failed = rank
-                if failed is not None:
-                    break
-                time.sleep(0.05)
-            for rank, p in enumerate(procs):
-                if p.poll() not in (None, 0) and failed is None:
-                    failed = rank
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-            for p in procs:
-                p.wait()
-        tails = []
-        for log in logs:
-            log.flush()
-            log.seek(0)
-            lines = [ln.strip() for ln in log.read().splitlines() if ln.strip()]
-            tails.append(lines[-1] if lines else "")
-            log.close()
-        for rank, tail in enumerate(tails):
-            if rank and tail.startswith("co3: warning:"):
-                print(tail, file=sys.stderr)
-        if failed is not None:
-            done = _rounds_done(out)
-            rc = procs[failed].returncode
-            how = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
-            why = f": {tails[failed]}" if tails[failed] else ""
-            raise InputError(f"rank {failed} {how} during round {done}{why}; metrics.csv holds "
-                             f"the {done} finished round(s)")
+            on_start([r.proc for r in ranks])
+        failure = watch(ranks, timeout)
+    finally:
+        for r in ranks:
+            r.kill()
+        tails = [r.close() for r in ranks]
+        shutil.rmtree(tmp, ignore_errors=True)
+    for rank, tail in enumerate(tails):
+        if rank and tail.startswith("co3: warning:"):
+            print(tail, file=sys.stderr)
+    if failure is not None:
+        _raise_failure(out, *failure, tails, timeout)
     summary = out / "summary.json"
     if not summary.exists():
         raise InputError(f"the torchrun job ended without writing {summary}")
@@ -314,6 +292,18 @@ def launch(cfg, out: str | os.PathLike, nproc: int, *, overwrite: bool = False,
     if res["stopped"] != "finished":
         raise Diverged(res["stopped"])
     return FLResult(**res)
+
+
+def _raise_failure(out: Path, who: Rank, silent: bool, tails: list[str], timeout: float):
+    done = _rounds_done(out)
+    held = f"metrics.csv holds the {done} finished round(s)"
+    if silent:
+        raise InputError(f"rank {who.rank} stopped answering (no message for {timeout:g} s); "
+                         f"the other ranks were stopped during round {done}; {held}")
+    rc = who.proc.returncode
+    how = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+    why = f": {tails[who.rank]}" if tails[who.rank] else ""
+    raise InputError(f"rank {who.rank} {how} during round {done}{why}; {held}")
 
 
 def _rounds_done(out: Path) -> int:
@@ -326,45 +316,76 @@ def _rounds_done(out: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="co3 simulate fl, one rank of the torchrun engine")
-    ap.add_argument("--config", required=True)
+    ap.add_argument("--config", required=True, help="JSON or TOML config file; - for stdin")
     ap.add_argument("--out", required=True)
     ap.add_argument("--rank", type=int, default=None)
     ap.add_argument("--world", type=int, default=None)
     ap.add_argument("--store", default=None, help="FileStore path (default: env:// rendezvous)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--launcher-pid", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--beat-fd", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    launched = args.launcher_pid is not None
+    if launched:  # first of all: no orphan if the launcher is gone
+        die_with_launcher(args.launcher_pid, args.beat_fd, beat_period(args.timeout))
+    try:
+        cfg = _read_config(args.config)
+        _run_rank(cfg, args, launched)
+    except (Co3Error, OSError, RuntimeError, ValueError, TypeError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        # launched: the log file (stdout) holds it, even with rank 0's stderr on the terminal
+        print(f"co3: error: {msg}", file=sys.stdout if launched else sys.stderr, flush=True)
+        return 1
+    return 0
 
+
+def _read_config(path: str):
+    from co3cli.simulate.flconfig import FLConfig, load_config_file
+
+    if path == "-":
+        try:
+            doc = json.loads(sys.stdin.buffer.read())
+        except ValueError as e:
+            raise InputError(f"the config on stdin is not valid JSON ({e})") from None
+        return FLConfig.from_dict(doc, "config on stdin")
+    return FLConfig.from_dict(load_config_file(path), f"config {path}")
+
+
+def _run_rank(cfg, args, launched: bool) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    timeout = _dt.timedelta(seconds=args.timeout)
+    # launched: the launcher's heartbeat watch names a silent rank after --timeout s; gloo's
+    # own timeout is only a backstop behind it, so a busy peer does not fail the job
+    timeout = _dt.timedelta(seconds=gloo_timeout(args.timeout) if launched else args.timeout)
+    if args.store:
+        store = dist.FileStore(args.store, args.world)
+        if launched:
+            _arrive(store, args.world)
+        dist.init_process_group("gloo", store=store, rank=args.rank, world_size=args.world,
+                                timeout=timeout)
+    else:
+        dist.init_process_group("gloo", timeout=timeout)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world < 2:
+        raise InputError("the torchrun engine needs at least 2 ranks")
     try:
-        from co3cli.simulate.flconfig import FLConfig, load_config_file
-
-        cfg = FLConfig.from_dict(load_config_file(args.config), f"config {args.config}")
-        if args.store:
-            store = dist.FileStore(args.store, args.world)
-            dist.init_process_group("gloo", store=store, rank=args.rank,
-                                    world_size=args.world, timeout=timeout)
+        if rank == 0:
+            serve(cfg, Path(args.out), world, progress=args.progress)
         else:
-            dist.init_process_group("gloo", timeout=timeout)
-        rank, world = dist.get_rank(), dist.get_world_size()
-        if world < 2:
-            raise InputError("the torchrun engine needs at least 2 ranks")
-        try:
-            if rank == 0:
-                serve(cfg, Path(args.out), world, progress=args.progress)
-            else:
-                work(cfg, Path(args.out), rank, world)
-        finally:
-            dist.destroy_process_group()
-    except (Co3Error, OSError, RuntimeError, ValueError, TypeError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"co3: error: {msg}", file=sys.stderr)
-        return 1
-    return 0
+            work(cfg, Path(args.out), rank, world)
+    finally:
+        dist.destroy_process_group()
+
+
+def _arrive(store, world: int) -> None:
+    """Wait, without a deadline, until every rank has started (however loaded the machine):
+    the launcher watches them, so the rendezvous proper never waits for a slow starter."""
+    store.add("co3/arrived", 1)
+    while store.add("co3/arrived", 0) < world:
+        time.sleep(0.02)
 
 
 if __name__ == "__main__":
