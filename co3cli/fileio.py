@@ -223,7 +223,8 @@ def spool(src: BinaryIO | None, what: str) -> Scratch:
             raise InputError(f"{what} is empty (nothing was piped in)")
     except OSError as e:
         tmp.close()
-        raise InputError(f"cannot spool {what}: {e.strerror or e}") from None
+        raise InputError(f"cannot copy {what} from stdin to the temp dir "
+                         f"{tempfile.gettempdir()!r}: {e.strerror or e}") from None
     except BaseException:
         tmp.close()
         raise
@@ -232,7 +233,14 @@ def spool(src: BinaryIO | None, what: str) -> Scratch:
 
 @contextlib.contextmanager
 def output_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """A binary file to write ``path`` through; it appears only if the block succeeds."""
+    """A binary file to write ``path`` through; it appears only if the block succeeds.
+
+    ``path`` may be a :class:`Scratch`'s ``/proc/self/fd/N``: that is written directly (it is
+    anonymous already)."""
+    if is_fd_path(path):
+        with open(path, "wb") as f:
+            yield f
+        return
     with output_scratch(path) as tmp, tmp.fileobj("wb") as f:
         yield f
         f.flush()
@@ -241,7 +249,11 @@ def output_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
 @contextlib.contextmanager
 def output_path(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path to write (``open``/``savefig`` work on it; reopening with ``"w"``
-    truncates the same file); renamed to ``path`` (or copied to stdout for ``-``) on success."""
+    truncates the same file); renamed to ``path`` (or copied to stdout for ``-``) on success.
+    A :class:`Scratch`'s ``/proc/self/fd/N`` is yielded as it is."""
+    if is_fd_path(path):
+        yield Path(path)
+        return
     with output_scratch(path) as tmp:
         yield tmp.path
 

@@ -203,7 +203,10 @@ class DumpWriter:
             self.h5.close()
         except Exception:  # noqa: BLE001 - already failing; the temp file is dropped below
             pass
-        self._fobj.close()
+        try:
+            self._fobj.close()  # flushes: may fail again on a full disk
+        except OSError:
+            pass
         self._tmp.close()
 
     def close(self) -> None:
