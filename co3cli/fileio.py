@@ -184,7 +184,10 @@ def no_space(exc: BaseException | None) -> bool:
 def cannot_write(target: str | os.PathLike, exc: BaseException) -> InputError:
     """``cannot write 'out.h5': No space left on device``, naming the user's output."""
     name = "<stdout>" if os.fspath(target) == "-" else os.fspath(target)
-    reason = os.strerror(errno.ENOSPC) if no_space(exc) else (getattr(exc, "strerror", None) or str(exc))
+    if no_space(exc):
+        reason = os.strerror(errno.ENOSPC)
+    else:
+        reason = getattr(exc, "strerror", None) or str(exc)
     return InputError(f"cannot write {name!r}: {reason}")
 
 

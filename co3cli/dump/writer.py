@@ -2,15 +2,15 @@
 
 ::
 
-    add_layer(name, (steps, numel)) ... set_steps(steps, loss) --> temp file beside the target
-        --close: validated as Dump.open validates--> renamed into place (or copied to stdout)
+    add_layer(name, (steps, numel)) ... set_steps(steps, loss) --> anonymous file beside the target
+        --close: validated as Dump.open validates--> linked into place (or copied to stdout)
 
 A failed or interrupted write never leaves a half-written dump behind (an existing file at the
 path is untouched): HDF5 writes through a file object over an anonymous ``O_TMPFILE``
 (``co3cli.fileio.Scratch``; HDF5 cannot open ``/proc/self/fd/N`` by name), which is linked
 into place only when complete, so even ``kill -9`` leaves nothing. A full disk reads
-``cannot write 'out.h5': No space left on device``. For writing one training step at a time, crash-safely, see
-``co3cli.dump.step_writer.StepWriter``.
+``cannot write 'out.h5': No space left on device``. For writing one training step at a time,
+crash-safely, see ``co3cli.dump.step_writer.StepWriter``.
 """
 
 from __future__ import annotations
