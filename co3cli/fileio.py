@@ -1,15 +1,36 @@
 """File plumbing shared by the commands: ``-`` for stdin/stdout, and no partial outputs.
 
-Inputs named ``-`` are spooled to a temporary file (HDF5 and ``.co3`` readers seek).
-Outputs go to a temporary file beside the target (or in the temp dir for ``-``) and are
-renamed into place, or copied to stdout, only when the writer finished without error.
+Nothing a command writes can be left behind, even by ``kill -9``: every temporary file is a
+:class:`Scratch`, an *anonymous* file (Linux ``open(dir, O_TMPFILE)``) that has no name, so
+the kernel frees it when the process ends, however it ends::
+
+    output_path/output_file/output_scratch(target)
+        O_TMPFILE in target's folder --write (by fd, file object or /proc/self/fd/N)-->
+        success: fchmod to a new file's mode, link /proc/self/fd/N (linkat, AT_SYMLINK_FOLLOW)
+                 to target (or to a side name + os.replace when target exists)
+        '-':     copied to stdout;   failure or kill: the inode just disappears
+
+    spool(stdin) / input_path('-')
+        O_TMPFILE in the temp dir --copy stdin--> read through the fd, a file object over it,
+        or /proc/self/fd/N (HDF5 cannot open /proc paths by name: it gets a file object)
+
+Fallback, where ``O_TMPFILE`` is missing or the filesystem refuses it (``EOPNOTSUPP``): a
+named ``mkstemp`` file (``.co3-tmp-*`` beside the target, ``co3-spool-*`` in the temp dir),
+renamed into place on success and removed on failure and at interpreter exit (``atexit``);
+only there can a ``kill -9`` leave one behind.
+
+A full disk (``ENOSPC``/``EDQUOT``) while writing an output names the output the user asked
+for, never a temporary name: ``cannot write 'out.h5': No space left on device``.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as _dt
+import errno
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -42,9 +63,139 @@ def versions() -> dict[str, str]:
             "python": platform.python_version()}
 
 
+class Scratch:
+    """A temporary file that cannot outlive its process: ``fd`` is open read/write, ``path``
+    opens it again (``/proc/self/fd/N`` for an anonymous file, else the fallback name).
+
+    ``Scratch(directory)`` makes an ``O_TMPFILE`` in ``directory`` (the temp dir for None);
+    where that fails (no ``O_TMPFILE``, or a filesystem without it) a named ``mkstemp`` file,
+    removed by :meth:`close` and at interpreter exit. ``unnamed=True`` unlinks the fallback
+    file at once (for a reader that only uses ``fd``/``path`` in this process and has /proc).
+    """
+
+    def __init__(self, directory: str | os.PathLike | None = None, prefix: str = ".co3-tmp-"):
+        directory = os.fspath(directory) if directory is not None else tempfile.gettempdir()
+        self.name: str | None = None
+        self.fd = -1
+        if hasattr(os, "O_TMPFILE"):
+            try:
+                self.fd = os.open(directory, os.O_TMPFILE | os.O_RDWR, 0o600)
+            except OSError as e:
+                if e.errno not in _NO_TMPFILE:
+                    raise
+        if self.fd < 0:
+            self.fd, self.name = tempfile.mkstemp(prefix=prefix, dir=directory)
+            _NAMED.add(self.name)
+        self.path = Path(self.name) if self.name else Path(f"/proc/self/fd/{self.fd}")
+
+    def open(self, mode: str = "r+b") -> BinaryIO:
+        """A new file object over the scratch file (its own offset; closing it keeps the fd)."""
+        if self.name is None:
+            return open(self.path, mode)  # reopens the anonymous inode through /proc
+        return open(self.name, mode)
+
+    def fileobj(self, mode: str = "r+b") -> BinaryIO:
+        """A file object over ``fd`` itself (closing it leaves ``fd`` open)."""
+        return os.fdopen(self.fd, mode, closefd=False)
+
+    def publish(self, target: str | os.PathLike) -> None:
+        """Give the file the name ``target`` atomically (replacing any file there), with a
+        normal new file's mode; the scratch file then lives on as ``target``."""
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(self.fd, 0o666 & ~umask)
+        target = os.fspath(target)
+        if self.name is not None:
+            os.replace(self.name, target)
+            _NAMED.discard(self.name)
+            self.name = None
+            return
+        folder = os.path.dirname(target) or "."
+        dirfd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            try:
+                self._link(os.path.basename(target), dirfd)
+                return
+            except FileExistsError:
+                pass
+            side = f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+            self._link(side, dirfd)
+            try:
+                os.replace(side, os.path.basename(target), src_dir_fd=dirfd, dst_dir_fd=dirfd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(side, dir_fd=dirfd)
+                raise
+        finally:
+            os.close(dirfd)
+
+    def _link(self, name: str, dirfd: int) -> None:
+        # linkat(AT_FDCWD, "/proc/self/fd/N", dirfd, name, AT_SYMLINK_FOLLOW): a dir fd makes
+        # CPython call linkat with the follow flag (plain link() would link the /proc symlink)
+        os.link(self.path, name, dst_dir_fd=dirfd, follow_symlinks=True)
+
+    def exists(self) -> bool:
+        """Whether the file is still there (not yet closed)."""
+        return self.fd >= 0
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+        if self.name is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.name)
+            _NAMED.discard(self.name)
+            self.name = None
+
+    def __enter__(self) -> Scratch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_NO_TMPFILE = {errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOSYS}
+_NAMED: set[str] = set()  # fallback scratch files still on disk, removed at exit
+
+
+@atexit.register
+def _remove_named() -> None:
+    for name in list(_NAMED):
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+
+
+def is_fd_path(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a ``/proc/self/fd/N`` path (HDF5 cannot open these by name)."""
+    return os.fspath(path).startswith("/proc/self/fd/")
+
+
+def no_space(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or what caused it is a full disk (ENOSPC, or EDQUOT over quota)."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def cannot_write(target: str | os.PathLike, exc: BaseException) -> InputError:
+    """``cannot write 'out.h5': No space left on device``, naming the user's output."""
+    name = "<stdout>" if os.fspath(target) == "-" else os.fspath(target)
+    if no_space(exc):
+        reason = os.strerror(errno.ENOSPC)
+    else:
+        reason = getattr(exc, "strerror", None) or str(exc)
+    return InputError(f"cannot write {name!r}: {reason}")
+
+
 @contextlib.contextmanager
 def input_path(path: str | os.PathLike, what: str = "input") -> Iterator[Path]:
-    """A real, seekable path for ``path``; ``-`` spools stdin to a temporary file."""
+    """A real, seekable path for ``path``; ``-`` spools stdin to an anonymous file and yields
+    its ``/proc/self/fd/N`` path (``open`` works on it; HDF5 needs a file object: see
+    ``co3cli.dump.Dump``)."""
     if str(path) != "-":
         p = Path(path)
         if not p.exists():
@@ -53,15 +204,13 @@ def input_path(path: str | os.PathLike, what: str = "input") -> Iterator[Path]:
             raise InputError(f"{what} {str(p)!r} is not a file")
         yield p
         return
-    tmp = spool(None, what)
-    try:
-        yield tmp
-    finally:
-        tmp.unlink(missing_ok=True)
+    with spool(None, what) as tmp:
+        yield tmp.path
 
 
-def spool(src: BinaryIO | None, what: str) -> Path:
-    """Copy ``src`` (None: piped stdin) to a temporary file that the caller removes.
+def spool(src: BinaryIO | None, what: str) -> Scratch:
+    """Copy ``src`` (None: piped stdin) to a :class:`Scratch` file in the temp dir, which the
+    caller closes (an anonymous file vanishes with its process, even on ``kill -9``).
 
     Refuses a terminal on stdin (nothing piped) and an empty stream.
     """
@@ -69,28 +218,54 @@ def spool(src: BinaryIO | None, what: str) -> Path:
         if sys.stdin is None or sys.stdin.isatty():
             raise InputError(f"{what} is '-' but nothing is piped to stdin")
         src = sys.stdin.buffer
-    fd, tmp = tempfile.mkstemp(prefix="co3-spool-")
+    tmp = Scratch(None, prefix="co3-spool-")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with tmp.fileobj("wb") as f:
             shutil.copyfileobj(src, f, _CHUNK)
-        if os.path.getsize(tmp) == 0:
+        if os.fstat(tmp.fd).st_size == 0:
             raise InputError(f"{what} is empty (nothing was piped in)")
+    except OSError as e:
+        tmp.close()
+        raise InputError(f"cannot copy {what} from stdin to the temp dir "
+                         f"{tempfile.gettempdir()!r}: {e.strerror or e}") from None
     except BaseException:
-        os.unlink(tmp)
+        tmp.close()
         raise
-    return Path(tmp)
+    return tmp
 
 
 @contextlib.contextmanager
 def output_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """A binary file to write ``path`` through; it appears only if the block succeeds."""
-    with output_path(path) as tmp, open(tmp, "wb") as f:
+    """A binary file to write ``path`` through; it appears only if the block succeeds.
+
+    ``path`` may be a :class:`Scratch`'s ``/proc/self/fd/N``: that is written directly (it is
+    anonymous already)."""
+    if is_fd_path(path):
+        with open(path, "wb") as f:
+            yield f
+        return
+    with output_scratch(path) as tmp, tmp.fileobj("wb") as f:
         yield f
+        f.flush()
 
 
 @contextlib.contextmanager
 def output_path(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary path to write; renamed to ``path`` (or copied to stdout for ``-``) on success."""
+    """A temporary path to write (``open``/``savefig`` work on it; reopening with ``"w"``
+    truncates the same file); renamed to ``path`` (or copied to stdout for ``-``) on success.
+    A :class:`Scratch`'s ``/proc/self/fd/N`` is yielded as it is."""
+    if is_fd_path(path):
+        yield Path(path)
+        return
+    with output_scratch(path) as tmp:
+        yield tmp.path
+
+
+@contextlib.contextmanager
+def output_scratch(path: str | os.PathLike) -> Iterator[Scratch]:
+    """A :class:`Scratch` beside ``path`` (in the temp dir for ``-``) that becomes ``path``
+    (or is copied to stdout) when the block succeeds; a full disk anywhere in the block or
+    in publishing raises ``cannot write 'path': No space left on device``."""
     to_stdout = str(path) == "-"
     if to_stdout:
         if sys.stdout is None:
@@ -104,24 +279,23 @@ def output_path(path: str | os.PathLike) -> Iterator[Path]:
         if not directory.is_dir():
             raise InputError(f"output folder {str(directory)!r} does not exist")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".co3-tmp-", dir=directory)
+        tmp = Scratch(directory)
     except OSError as e:
         raise InputError(f"cannot write to {str(directory or tempfile.gettempdir())!r}: {e.strerror}") from None
-    os.close(fd)
     try:
-        yield Path(tmp)
+        yield tmp
         if to_stdout:
-            with open(tmp, "rb") as f:
+            with tmp.open("rb") as f:
                 shutil.copyfileobj(f, sys.stdout.buffer, _CHUNK)
             sys.stdout.buffer.flush()
         else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp made it 0600; give it a normal file's mode
-            os.replace(tmp, target)
+            tmp.publish(target)
+    except BaseException as e:
+        if no_space(e):
+            raise cannot_write(path, e) from None
+        raise
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        tmp.close()
 
 
 def progress_bar(enabled: bool, desc: str, *, total=None, unit: str = "layer", iterable=None,

@@ -16,7 +16,6 @@ import errno
 import os
 import shutil
 import sys
-from pathlib import Path
 from typing import Any, BinaryIO
 
 _COPY_CHUNK = 1 << 20
@@ -87,13 +86,14 @@ def os_reason(exc: BaseException) -> str:
 
 
 def gzip_in_place(path: str) -> None:
-    """Rewrite the dump at ``path`` with its layers gzip-compressed (shuffle filter)."""
+    """Rewrite the dump at ``path`` with its layers gzip-compressed (shuffle filter), through an
+    anonymous file beside it (``fileio.Scratch``) that replaces ``path`` only when complete."""
     import h5py
 
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
-                       f".{os.path.basename(path)}.{os.getpid()}.gz.tmp")
-    try:
-        with h5py.File(path, "r") as src, h5py.File(tmp, "w") as dst:
+    from co3cli.fileio import Scratch
+
+    with Scratch(os.path.dirname(os.path.abspath(path))) as tmp, tmp.fileobj("r+b") as out:
+        with h5py.File(path, "r") as src, h5py.File(out, "w") as dst:
             dst.attrs.update(src.attrs)
 
             def copy(name, obj):
@@ -105,6 +105,5 @@ def gzip_in_place(path: str) -> None:
                                    chunks=obj.chunks, **gz).attrs.update(obj.attrs)
 
             src.visititems(copy)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        out.flush()
+        tmp.publish(path)

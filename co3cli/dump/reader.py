@@ -22,14 +22,15 @@ from co3cli.dump.schema import (
     describe_target,
 )
 from co3cli.errors import InputError
-from co3cli.fileio import spool
+from co3cli.fileio import is_fd_path, spool
 
 
 class Dump:
     """A ``co3.gradients/1`` dump opened for reading (validated at open, read layer by layer).
 
     Use ``Dump.open(path)`` as a context manager. ``path`` may be ``-`` to read stdin (spooled
-    to a temporary file, removed on close) or a binary file object (spooled the same way).
+    to an anonymous temporary file, gone on close or when the process ends) or a binary file
+    object (spooled the same way).
     ``nonfinite`` is the NaN/Inf policy of ``read_layer``: ``"error"`` or ``"zero"``.
     """
 
@@ -48,12 +49,13 @@ class Dump:
             )
         self.nonfinite = nonfinite
         self.nonfinite_counts: dict[str, int] = {}
-        self._spool: Path | None = None
+        self._spool = None  # a fileio.Scratch holding piped input
+        self._fileobj = None  # what HDF5 reads when the file has no name it can open
         self.h5 = None
         if path == "-" or hasattr(path, "read"):
             self.label = "<stdin>" if path == "-" else describe_target(path)
             self._spool = spool(None if path == "-" else path, f"dump {self.label}")
-            file_path: str | os.PathLike = self._spool
+            file_path: str | os.PathLike = self._spool.path
         elif isinstance(path, (str, os.PathLike)):
             self.label = _label or os.fspath(path)
             file_path = path
@@ -65,7 +67,11 @@ class Dump:
             raise InputError(f"dump input {path!r} is not a path, '-' or a binary file object")
         try:
             try:
-                self.h5 = h5py.File(file_path, "r")
+                if is_fd_path(file_path):  # an anonymous file: HDF5 cannot open it by name
+                    self._fileobj = open(file_path, "rb")
+                    self.h5 = h5py.File(self._fileobj, "r")
+                else:
+                    self.h5 = h5py.File(file_path, "r")
             except OSError as exc:
                 raise InputError(f"{self.label} is not a readable HDF5 file: {exc}") from exc
             self._validate()
@@ -89,8 +95,11 @@ class Dump:
         if self.h5 is not None:
             self.h5.close()
             self.h5 = None
+        if self._fileobj is not None:
+            self._fileobj.close()
+            self._fileobj = None
         if self._spool is not None:
-            self._spool.unlink(missing_ok=True)
+            self._spool.close()
             self._spool = None
 
     # -- validation --------------------------------------------------------------------------

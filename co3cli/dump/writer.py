@@ -2,20 +2,21 @@
 
 ::
 
-    add_layer(name, (steps, numel)) ... set_steps(steps, loss) --> temp file beside the target
-        --close: validated as Dump.open validates--> renamed into place (or copied to stdout)
+    add_layer(name, (steps, numel)) ... set_steps(steps, loss) --> anonymous file beside the target
+        --close: validated as Dump.open validates--> linked into place (or copied to stdout)
 
 A failed or interrupted write never leaves a half-written dump behind (an existing file at the
-path is untouched). For writing one training step at a time, crash-safely, see
-``co3cli.dump.step_writer.StepWriter``.
+path is untouched): HDF5 writes through a file object over an anonymous ``O_TMPFILE``
+(``co3cli.fileio.Scratch``; HDF5 cannot open ``/proc/self/fd/N`` by name), which is linked
+into place only when complete, so even ``kill -9`` leaves nothing. A full disk reads
+``cannot write 'out.h5': No space left on device``. For writing one training step at a time,
+crash-safely, see ``co3cli.dump.step_writer.StepWriter``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -26,6 +27,7 @@ from co3cli.dump.reader import Dump
 from co3cli.dump.schema import attr_value, check_layer_name, describe_target, provenance
 from co3cli.dump.output import copy_to_stream
 from co3cli.errors import InputError
+from co3cli.fileio import Scratch, cannot_write, no_space
 
 
 class DumpWriter:
@@ -71,22 +73,26 @@ class DumpWriter:
             parent = final.parent
             if not parent.is_dir():
                 raise InputError(f"cannot write dump {final}: directory {parent} does not exist")
-            self._tmp = parent / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+            directory: Path | None = parent
             self._final: Path | None = final
         elif path_or_fileobj == "-" or hasattr(path_or_fileobj, "write"):
-            fd, tmp = tempfile.mkstemp(prefix="co3-dump-", suffix=".h5.tmp")
-            os.close(fd)
-            os.unlink(tmp)
-            self._tmp = Path(tmp)
-            self._final = None
+            directory, self._final = None, None
         else:
             raise InputError(
                 f"dump output {path_or_fileobj!r} is not a path, '-' or a binary file object"
             )
 
+        self._fobj = None
         try:
-            self.h5 = h5py.File(self._tmp, "x")
+            # an anonymous file (fileio.Scratch): a killed writer leaves nothing behind
+            self._tmp = Scratch(directory, prefix="co3-dump-" if directory is None else ".co3-tmp-")
+            self._fobj = self._tmp.fileobj("r+b")
+            self.h5 = h5py.File(self._fobj, "w")
         except OSError as exc:
+            if hasattr(self, "_tmp"):
+                self._tmp.close()
+            if no_space(exc):
+                raise cannot_write(self._target_name(), exc) from None
             raise InputError(f"cannot write dump {self._label}: {exc}") from exc
         try:
             root = provenance(attrs)
@@ -106,7 +112,12 @@ class DumpWriter:
             self.close()
         else:
             self._abort()
+            if no_space(exc):
+                raise cannot_write(self._target_name(), exc) from None
         return False
+
+    def _target_name(self) -> str:
+        return self._label if isinstance(self._target, (str, os.PathLike)) else "-"
 
     # -- writing ---------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -190,12 +201,13 @@ class DumpWriter:
         self._closed = True
         try:
             self.h5.close()
-        except Exception:  # noqa: BLE001 - already failing; the temp file is removed below
+        except Exception:  # noqa: BLE001 - already failing; the temp file is dropped below
             pass
         try:
-            self._tmp.unlink()
-        except FileNotFoundError:
+            self._fobj.close()  # flushes: may fail again on a full disk
+        except OSError:
             pass
+        self._tmp.close()
 
     def close(self) -> None:
         """Check the dump is complete, then move it into place (or copy it to stdout/file)."""
@@ -215,15 +227,19 @@ class DumpWriter:
             extra = sorted(n for n in found if n not in set(self._layers))
             self.h5.attrs["layers"] = json.dumps(self._layers + extra)
             self.h5.close()
+            self._fobj.flush()
             self._closed = True
-            Dump(self._tmp, _label=self._label).close()  # never hand out a dump we cannot read
+            # never hand out a dump we cannot read
+            Dump(self._tmp.path, _label=self._label).close()
             if self._final is not None:
-                os.replace(self._tmp, self._final)
+                self._tmp.publish(self._final)
             else:
-                copy_to_stream(self._tmp, self._target)
-                self._tmp.unlink()
-        except BaseException:
+                copy_to_stream(self._tmp.path, self._target)
             self._abort()
+        except BaseException as exc:
+            self._abort()
+            if no_space(exc):
+                raise cannot_write(self._target_name(), exc) from None
             raise
 
 
