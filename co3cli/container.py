@@ -81,17 +81,17 @@ def _nesting_depth(raw: bytes) -> int:
         return 0
     quote = a == 0x22
     if quote.any():  # a quote preceded by an odd run of backslashes is escaped
-        bs = (a == 0x5C).astype(np.int64)
-        run = np.cumsum(bs)
+        bs = (a == 0x5C).astype(np.int32)
+        run = np.cumsum(bs, dtype=np.int32)
         last_non = np.maximum.accumulate(np.where(bs == 0, run, 0))
         prev_run = np.concatenate(([0], (run - last_non)[:-1]))
         quote &= prev_run % 2 == 0
-        inside = (np.cumsum(quote) - quote) % 2 == 1
+        inside = (np.cumsum(quote, dtype=np.int32) - quote) % 2 == 1
     else:
         inside = np.zeros(a.size, dtype=bool)
-    step = np.where(inside | quote, 0, (a == 0x5B).astype(np.int64) + (a == 0x7B)
+    step = np.where(inside | quote, 0, (a == 0x5B).astype(np.int32) + (a == 0x7B)
                     - (a == 0x5D) - (a == 0x7D))
-    return int(np.cumsum(step).max())
+    return int(np.cumsum(step, dtype=np.int32).max())
 
 
 def parse_json(raw: bytes, what: str) -> object:
