@@ -19,6 +19,26 @@ decoder uses the integer ``table``, never floats). Each chunk is one step of one
 decodes on its own given its layer's table. A reader accepts major version 1, any minor
 version; it verifies the file CRC and structure before decoding anything, and each decoder
 must consume its chunk exactly.
+
+Limits (a contract: a file beyond any of them is refused with CorruptDataError, one line
+naming the limit, before anything big is allocated; memory stays bounded on hostile files):
+
+=====================  ==================================================================
+``MAX_HEADER``         compressed header: at most 16 MiB
+``MAX_HEADER_JSON``    inflated header JSON: at most 16 MiB (inflated incrementally, so a
+                       zlib bomb is stopped at the limit)
+``MAX_META``           one layer's metadata JSON: at most 1 MiB
+``MAX_DEPTH``          JSON nesting (header and metadata): at most 64 levels
+``MAX_TABLE``          one layer's integer table: at most 16 MiB
+``MAX_CHUNK``          one chunk's body: at most 1 GiB (and within its layer block)
+``MAX_DIMS``           dimensions of a layer's shape: at most 32 (as HDF5)
+``MAX_ENTRIES``        entries of one layer (steps x numel): at most 2**31
+entries per byte       at most 2**20 entries per byte of the layer's block (no coder
+                       comes near: a lie about numel is refused before decoding)
+steps x layers         at most the file size (every chunk costs bytes in the file)
+=====================  ==================================================================
+
+Layer names must be distinct, non-empty relative HDF5 paths, none a folder of another.
 """
 
 from __future__ import annotations
@@ -43,7 +63,64 @@ _U32 = struct.Struct("<I")
 _LAYER_HEAD = struct.Struct("<4sII")
 _F32 = struct.Struct("<f")
 _TRAILER_HEAD = struct.Struct("<4sI")
-MAX_HEADER = 1 << 30
+MAX_HEADER = 16 << 20
+MAX_HEADER_JSON = 16 << 20
+MAX_META = 1 << 20
+MAX_DEPTH = 64
+MAX_TABLE = 16 << 20
+MAX_CHUNK = 1 << 30
+MAX_DIMS = 32
+MAX_ENTRIES = 1 << 31
+MAX_ENTRIES_PER_BYTE = 1 << 20
+
+
+def _nesting_depth(raw: bytes) -> int:
+    """Deepest ``[``/``{`` nesting of JSON text ``raw``, outside strings (vectorized scan)."""
+    a = np.frombuffer(raw, dtype=np.uint8)
+    if not a.size or not (np.any(a == 0x5B) or np.any(a == 0x7B)):
+        return 0
+    quote = a == 0x22
+    if quote.any():  # a quote preceded by an odd run of backslashes is escaped
+        bs = (a == 0x5C).astype(np.int32)
+        run = np.cumsum(bs, dtype=np.int32)
+        last_non = np.maximum.accumulate(np.where(bs == 0, run, 0))
+        prev_run = np.concatenate(([0], (run - last_non)[:-1]))
+        quote &= prev_run % 2 == 0
+        inside = (np.cumsum(quote, dtype=np.int32) - quote) % 2 == 1
+    else:
+        inside = np.zeros(a.size, dtype=bool)
+    step = np.where(inside | quote, 0, (a == 0x5B).astype(np.int32) + (a == 0x7B)
+                    - (a == 0x5D) - (a == 0x7D))
+    return int(np.cumsum(step, dtype=np.int32).max())
+
+
+def parse_json(raw: bytes, what: str) -> object:
+    """JSON ``raw`` (at most MAX_DEPTH deep) or CorruptDataError naming ``what``."""
+    depth = _nesting_depth(raw)
+    if depth > MAX_DEPTH:
+        raise CorruptDataError(f"{what} nests {depth} levels deep (limit {MAX_DEPTH})")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise CorruptDataError(f"unreadable {what} ({str(e)[:200]})") from None
+
+
+def _inflate(js: bytes, name: str) -> bytes:
+    """zlib-inflate the header, refusing more than MAX_HEADER_JSON bytes of output."""
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(js, MAX_HEADER_JSON)
+        if d.unconsumed_tail:
+            raise CorruptDataError(f"{name}: header inflates to more than {MAX_HEADER_JSON >> 20} MiB "
+                                   "(limit; a decompression bomb?)")
+        out += d.flush()
+    except zlib.error as e:
+        raise CorruptDataError(f"{name}: unreadable header ({e})") from None
+    if len(out) > MAX_HEADER_JSON:
+        raise CorruptDataError(f"{name}: header inflates to more than {MAX_HEADER_JSON >> 20} MiB")
+    if not d.eof or d.unused_data:
+        raise CorruptDataError(f"{name}: unreadable header (incomplete or trailing zlib data)")
+    return out
 
 
 class _CrcWriter:
@@ -161,18 +238,19 @@ class Co3File:
             raise CorruptDataError(f"layer {i}: bad block tag or index")
         if pos + mlen + 4 > len(buf):
             raise CorruptDataError(f"layer {i}: metadata overruns the block")
+        if mlen > MAX_META:
+            raise CorruptDataError(f"layer {i}: metadata of {mlen} bytes (limit {MAX_META})")
         meta_raw = bytes(mv[pos:pos + mlen])
         pos += mlen
         (tlen,) = _U32.unpack_from(buf, pos)
         pos += 4
+        if tlen > MAX_TABLE:
+            raise CorruptDataError(f"layer {i}: table of {tlen} bytes (limit {MAX_TABLE})")
         if pos + tlen > len(mv):
             raise CorruptDataError(f"layer {i}: table overruns the block")
         table = bytes(mv[pos:pos + tlen])
         pos += tlen
-        try:
-            meta = json.loads(meta_raw)
-        except ValueError as e:
-            raise CorruptDataError(f"layer {i}: unreadable metadata ({e})") from None
+        meta = parse_json(meta_raw, f"layer {i} metadata")
         if not isinstance(meta, dict):
             raise CorruptDataError(f"layer {i}: metadata is not a JSON object")
         scales = np.empty(nsteps, dtype=np.float32)
@@ -184,6 +262,8 @@ class Co3File:
             (blen,), used = uvarints_from_bytes(mv[pos + 4:pos + 14], 1, f"layer {i} step {t} length")
             start = pos + 4 + used
             blen = int(blen)
+            if blen > MAX_CHUNK:
+                raise CorruptDataError(f"layer {i} step {t}: chunk of {blen} bytes (limit {MAX_CHUNK})")
             end = start + blen
             if end > len(mv):
                 raise CorruptDataError(f"layer {i} step {t}: chunk overruns the block")
@@ -222,12 +302,34 @@ def header_problem(h) -> str | None:
         return "loss must be a list of numbers, one per step"
     if not isinstance(h.get("source", {}), dict):
         return "source must be an object"
+    nsteps = max(1, len(h["steps"]))
+    names: set[str] = set()
     for i, lay in enumerate(h["layers"]):
         if not (isinstance(lay, dict) and isinstance(lay.get("name"), str) and _is_int(lay.get("numel"))
-                and isinstance(lay.get("shape"), list) and all(_is_int(d) and d >= 0 for d in lay["shape"])):
+                and isinstance(lay.get("shape"), list)):
             return f"layer {i} needs a name, an integer numel and a shape"
-        if lay["numel"] < 1 or lay["numel"] != int(np.prod(lay["shape"], dtype=np.int64)):
-            return f"layer {i} ({lay['name']}): numel {lay['numel']} does not match shape {lay['shape']}"
+        if len(lay["shape"]) > MAX_DIMS:
+            return f"layer {i}: shape has {len(lay['shape'])} dimensions (limit {MAX_DIMS})"
+        if not all(_is_int(d) and 1 <= d <= MAX_ENTRIES for d in lay["shape"]):
+            return f"layer {i}: shape dimensions must be integers in 1..{MAX_ENTRIES}"
+        if not 1 <= lay["numel"] <= MAX_ENTRIES // nsteps:
+            return (f"layer {i}: {nsteps} step(s) x numel {lay['numel']} entries "
+                    f"(limit {MAX_ENTRIES} per layer)")
+        prod = 1
+        for d in lay["shape"]:
+            prod *= d
+        if lay["numel"] != prod:
+            return f"layer {i} ({lay['name'][:80]!r}): numel {lay['numel']} does not match its shape"
+        name = lay["name"]
+        parts = name.split("/")
+        if not name or any(p in ("", ".", "..") for p in parts):
+            return f"layer {i}: name {name[:80]!r} is not a valid relative HDF5 path"
+        if name in names or any("/".join(parts[:k]) in names for k in range(1, len(parts))):
+            return f"layer {i}: name {name[:80]!r} repeats or nests under another layer's name"
+        names.add(name)
+    folders = {"/".join(p[:k]) for p in (n.split("/") for n in names) for k in range(1, len(p))}
+    if folders & names:
+        return f"layer name {sorted(folders & names)[0][:80]!r} is also a folder of another layer"
     return None
 
 
@@ -243,20 +345,22 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
     if major != MAJOR:
         raise CorruptDataError(f"{name} has .co3 format version {major}.{minor}; this co3cli reads "
                                f"version {MAJOR}.x (upgrade co3cli)")
-    if hlen > MAX_HEADER or _PRE.size + hlen + 4 > size:
+    if _PRE.size + hlen + 4 > size:
         raise CorruptDataError(f"{name} is truncated or its header length is corrupt")
+    if hlen > MAX_HEADER:
+        raise CorruptDataError(f"{name}: compressed header of {hlen} bytes (limit {MAX_HEADER})")
     js = f.read(hlen)
     (hcrc,) = _U32.unpack(f.read(4))
     if hcrc != zlib.crc32(pre + js):
         raise CorruptDataError(f"{name}: header checksum mismatch")
-    try:
-        header = json.loads(zlib.decompress(js))
-    except (ValueError, zlib.error) as e:
-        raise CorruptDataError(f"{name}: unreadable header ({e})") from None
+    header = parse_json(_inflate(js, name), f"header of {name}")
     problem = header_problem(header)
     if problem:
         raise CorruptDataError(f"{name}: malformed header: {problem}")
     nlayers = len(header["layers"])
+    if len(header["steps"]) * nlayers > size:
+        raise CorruptDataError(f"{name}: header declares {len(header['steps'])} steps x {nlayers} "
+                               f"layers, more chunks than a {size}-byte file can hold")
     tsize = _TRAILER_HEAD.size + 8 * nlayers + 4 + len(END_MAGIC)
     end = size - tsize
     if end < _PRE.size + hlen + 4:
@@ -285,4 +389,10 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
         raise CorruptDataError(f"{name}: layer index is inconsistent")
     if not offsets and end != expect:
         raise CorruptDataError(f"{name}: unexpected bytes between header and trailer")
+    nsteps = len(header["steps"])
+    for i, (a, b) in enumerate(zip(offsets, offsets[1:] + [end])):
+        lay = header["layers"][i]
+        if nsteps * lay["numel"] > MAX_ENTRIES_PER_BYTE * (b - a):
+            raise CorruptDataError(f"{name}: layer {i} declares {nsteps} x {lay['numel']} entries, "
+                                   f"more than its {b - a}-byte block can hold")
     return Co3File(f, size, header, offsets, (major, minor), end)

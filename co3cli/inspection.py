@@ -43,10 +43,11 @@ class Co3Info:
                 "trailer_bytes": self.trailer_bytes, "header": self.header, "layers": self.layers}
 
 
-def inspect_co3(src: str | Path) -> Co3Info:
+def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
     """Verify ``src`` (a path, or ``-`` for stdin): magic, version, every checksum, every
-    table; CorruptDataError / InputError otherwise."""
-    from co3cli.codec import read_co3_setup
+    declared size and limit, every table; ``decode``: also decode every chunk (each must
+    consume its bytes exactly), writing nothing. CorruptDataError / InputError otherwise."""
+    from co3cli.codec import iter_decode_block, read_co3_setup
     from co3cli.container import open_co3
     from co3cli.fileio import input_path
 
@@ -61,11 +62,25 @@ def inspect_co3(src: str | Path) -> Co3Info:
                            "bytes": block.nbytes, "payload_bytes": block.payload_bytes,
                            "table_bytes": len(block.table), "model": block.meta.get("model"),
                            "scales": block.scales.tolist()})
-            coder.table_from_bytes(block.table, grid.nsym)  # the integer table parses
+            if decode:
+                for _ in iter_decode_block(block, grid, coder, lay["numel"], lay["shape"]):
+                    pass
+            else:
+                _parse_table(coder, block, grid)
         return Co3Info(file=name, version="%d.%d" % co3.version, bytes=co3.size,
                        header_bytes=co3.header_bytes, trailer_bytes=co3.trailer_bytes,
                        header={k: v for k, v in co3.header.items() if k != "layers"},
                        layers=layers)
+
+
+def _parse_table(coder, block, grid):
+    """The layer's integer table parses (CorruptDataError naming the layer otherwise)."""
+    from co3cli.errors import CorruptDataError
+
+    try:
+        coder.table_from_bytes(block.table, grid.nsym)
+    except InputError as e:
+        raise CorruptDataError(f"layer {block.name}: bad table ({e})") from None
 
 
 @dataclass

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from co3cli.tables import entropy_bits
 from co3cli.container import open_co3
+from co3cli.errors import CorruptDataError, InputError
 from co3cli.fileio import input_path
+from co3cli.tables import entropy_bits
 
 KEYS = ("entries", "zero_fraction", "beta", "entropy_bpe", "cross_entropy_bpe", "huffman_bpe",
         "huffman_counts_bpe", "bpe", "payload_bpe")
@@ -39,9 +40,17 @@ def _model_pmf(meta: dict, table, grid) -> tuple[np.ndarray, float | None]:
     """The model's symbol pmf (from the fit metadata, or implied by the integer table)."""
     from co3cli.tables import fit_from_meta
 
-    fit = fit_from_meta(meta)
-    if fit is not None:
-        return fit.pmf(grid, 1.0), fit.params.get("beta")
+    try:
+        fit = fit_from_meta(meta)
+        if fit is not None:
+            pmf = np.asarray(fit.pmf(grid, 1.0), dtype=np.float64)
+            beta = fit.params.get("beta")
+            if pmf.shape != (grid.nsym,) or not np.all(np.isfinite(pmf) & (pmf >= 0)) \
+                    or not (beta is None or isinstance(beta, (int, float))):
+                raise ValueError("its model gives no usable pmf")
+            return pmf, beta
+    except (KeyError, TypeError, ValueError, AttributeError, InputError, ArithmeticError) as e:
+        raise CorruptDataError(f"layer metadata: unusable model fit ({str(e)[:200]})") from None
     p = table.pmf()
     return p / p.sum(), None
 
@@ -88,7 +97,10 @@ def report_co3(path, name: str | None = None, progress: bool = False, keep_hist:
             lay = co3.header["layers"][block.index]
             sym = decode_block(block, grid, coder, lay["numel"], lay["shape"])
             counts = np.bincount(sym.reshape(-1), minlength=grid.nsym)
-            table = coder.table_from_bytes(block.table, grid.nsym)
+            try:
+                table = coder.table_from_bytes(block.table, grid.nsym)
+            except InputError as e:
+                raise CorruptDataError(f"layer {block.name}: bad table ({e})") from None
             pmf, beta = _model_pmf(block.meta, table, grid)
             m = layer_metrics(counts, pmf, beta, block.nbytes, block.payload_bytes,
                               co3.header["coder"].get("max_len", 16))

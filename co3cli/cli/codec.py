@@ -54,20 +54,23 @@ def decompress_cli(
 
 
 def inspect_cli(input: str = typer.Argument(..., help=".co3 file, or - for stdin."),
+                decode: bool = typer.Option(False, "--decode", help="Also decode every chunk "
+                                            "(nothing is written)."),
                 json_out: bool = JsonOpt):
-    """Verify a .co3 file (magic, version, every checksum) and describe its contents.
+    """Verify a .co3 file (magic, version, every checksum and size) and describe its contents.
 
     Example: co3 inspect grads.co3 --json
     """
     from co3cli.inspection import inspect_co3
     from co3cli.report import format_table
 
-    info = inspect_co3(input)
+    info = inspect_co3(input, decode=decode)
     if json_out:
         emit_json(info.to_dict())
         return
     h = info.header
-    emit(f"{input}: .co3 v{info.version}, {info.bytes} bytes, all checksums verified")
+    emit(f"{input}: .co3 v{info.version}, {info.bytes} bytes, all checksums verified"
+         + (", every chunk decoded" if decode else ""))
     emit(f"format {h['format']['id']}, scale {h['scale_rule']}, coder {h['coder']}, model {h['model']}, "
          f"{len(h['steps'])} step(s), made by co3cli {h['co3cli_version']} at {h['created']}")
     emit(format_table(info.layers, [("name", "layer", ""), ("shape", "shape", ""),

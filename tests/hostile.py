@@ -1,0 +1,153 @@
+"""Hostile ``.co3`` files, assembled from the byte layout in ``co3cli.container``'s docstring.
+
+Every file here has correct CRCs (header, layers, file) but content that lies. The builder
+packs its own bytes (it does not use ``Co3Writer``), so it can write what the writer never
+would. ``python tests/hostile.py`` (re)writes the committed corpus under ``tests/hostile/``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = b"CO3\x89GRD\n"
+END_MAGIC = b"\x89CO3END"
+CORPUS = Path(__file__).parent / "hostile"
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def header_block(header_z: bytes, major: int = 1, minor: int = 0) -> bytes:
+    """preamble + compressed header + crc32(preamble + header)."""
+    pre = MAGIC + struct.pack("<HHI", major, minor, len(header_z))
+    return pre + header_z + struct.pack("<I", zlib.crc32(pre + header_z))
+
+
+def layer_block(index: int, meta_raw: bytes, table: bytes, chunks, *, meta_len=None,
+                table_len=None, body_lens=None) -> bytes:
+    """``LYR\\0 | index | meta_len | meta | table_len | table | chunks | crc`` (lengths may lie)."""
+    b = b"LYR\0" + struct.pack("<II", index, len(meta_raw) if meta_len is None else meta_len)
+    b += meta_raw + struct.pack("<I", len(table) if table_len is None else table_len) + table
+    for t, (scale, body) in enumerate(chunks):
+        blen = len(body) if body_lens is None else body_lens[t]
+        b += struct.pack("<f", scale) + uvarint(blen) + body
+    return b + struct.pack("<I", zlib.crc32(b))
+
+
+def assemble(head: bytes, layers: list[bytes], offsets=None, n_layers=None) -> bytes:
+    """head + layers + trailer with the file CRC (offsets / count may lie)."""
+    out = bytearray(head)
+    offs = []
+    for lay in layers:
+        offs.append(len(out))
+        out += lay
+    offs = offs if offsets is None else offsets
+    n = len(offs) if n_layers is None else n_layers
+    out += b"END\0" + struct.pack("<I", n) + struct.pack(f"<{len(offs)}Q", *offs)
+    out += struct.pack("<I", zlib.crc32(bytes(out))) + END_MAGIC
+    return bytes(out)
+
+
+def dumps(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def base(steps: int = 2, coder_id: str = "ans", seed: int = 0):
+    """A small honest file's parts: (header dict, [(meta bytes, table, chunks)])."""
+    from co3cli.codec import encode_layer
+    from co3cli.coding import get_coder
+    from co3cli.formats import get_grid
+    from co3cli.quantize import TIE_RULE
+
+    grid, coder = get_grid("fp8-e5m2"), get_coder(coder_id)
+    rng = np.random.default_rng(seed)
+    shapes = {"fc1.weight": (8, 16), "fc1.bias": (8,)}
+    layers, parts = [], []
+    for name, shape in shapes.items():
+        data = (rng.standard_normal((steps, int(np.prod(shape)))) * 1e-3).astype(np.float32)
+        enc = encode_layer(data, grid, coder, model="gennorm-zi", shape=shape)
+        parts.append((dumps(enc.meta), enc.table.to_bytes(),
+                      list(zip(enc.scales.tolist(), enc.bodies))))
+        layers.append({"name": name, "shape": list(shape), "numel": int(np.prod(shape))})
+    header = {"co3cli_version": "0", "created": "2026-01-01T00:00:00Z", "format": grid.config(),
+              "tie_rule": TIE_RULE, "scale_rule": "absmax", "coder": coder.config(),
+              "model": "gennorm-zi", "codebook": None, "layers": layers,
+              "steps": list(range(steps)), "loss": None, "source": {"task": "hostile"}}
+    return header, parts
+
+
+def build(header: dict | None = None, parts=None, *, header_raw: bytes | None = None,
+          header_z: bytes | None = None, **layer_kw) -> bytes:
+    """A whole file from parts (defaults: ``base()``), every CRC correct."""
+    if header is None or parts is None:
+        h0, p0 = base()
+        header = h0 if header is None else header
+        parts = p0 if parts is None else parts
+    if header_z is None:
+        header_z = zlib.compress(dumps(header) if header_raw is None else header_raw, 9)
+    blocks = [layer_block(i, m, t, c, **layer_kw) for i, (m, t, c) in enumerate(parts)]
+    return assemble(header_block(header_z), blocks)
+
+
+def bomb_z(json_bytes: bytes, pad_mib: int = 800) -> bytes:
+    """zlib stream of ``json_bytes`` followed by ``pad_mib`` MiB of spaces (small on disk)."""
+    c = zlib.compressobj(9)
+    out = [c.compress(json_bytes)]
+    spaces = b" " * (1 << 20)
+    for _ in range(pad_mib):
+        out.append(c.compress(spaces))
+    out.append(c.flush())
+    return b"".join(out)
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def corpus() -> dict[str, bytes]:
+    """The committed hostile files: name -> bytes (each refused by every reader)."""
+    h, parts = base()
+    files = {}
+    files["header_bomb.co3"] = build(h, parts, header_z=bomb_z(dumps(h)))
+    files["nested_meta.co3"] = build(h, [(nested(100_000),) + parts[0][1:]] + parts[1:])
+    deep = dict(h, source={"x": json.loads(nested(60))})  # legal depth, then too deep:
+    files["nested_header.co3"] = build(h, parts, header_raw=dumps(deep)[:-1] + b',"y":'
+                                       + nested(100_000) + b"}")
+    files["steps_lie.co3"] = build(dict(h, steps=[0] * 2_000_000), parts)
+    for p in (30, 40):
+        lay = [dict(h["layers"][0], shape=[1 << p], numel=1 << p)] + h["layers"][1:]
+        files[f"numel_2e{p}.co3"] = build(dict(h, layers=lay), parts)
+    lay = [dict(h["layers"][0], shape=[1] * 1_000_000 + [128])] + h["layers"][1:]
+    files["million_dims.co3"] = build(dict(h, layers=lay), parts)
+    files["duplicate_names.co3"] = build(dict(h, layers=[h["layers"][0], dict(
+        h["layers"][1], name=h["layers"][0]["name"])]), parts)
+    files["nested_names.co3"] = build(dict(h, layers=[h["layers"][0], dict(
+        h["layers"][1], name=h["layers"][0]["name"] + "/x")]), parts)
+    files["bad_meta_fit.co3"] = build(h, [(dumps({"model": "gennorm-zi", "params": "x"}),)
+                                          + parts[0][1:]] + parts[1:])
+    files["garbage_table.co3"] = build(h, [(parts[0][0], b"\xff" * 40, parts[0][2])] + parts[1:])
+    files["spliced_layers.co3"] = build(h, [parts[1], parts[0]])
+    chunks = [(s, b[: len(b) // 2]) for s, b in parts[0][2]]
+    files["short_bodies.co3"] = build(h, [(parts[0][0], parts[0][1], chunks)] + parts[1:])
+    files["nan_scale.co3"] = build(h, [(parts[0][0], parts[0][1], [(float("nan"), parts[0][2][0][1])]
+                                        + parts[0][2][1:])] + parts[1:])
+    return files
+
+
+if __name__ == "__main__":
+    CORPUS.mkdir(exist_ok=True)
+    for name, data in corpus().items():
+        (CORPUS / name).write_bytes(data)
+        print(f"{name}: {len(data)} bytes")

@@ -1,0 +1,209 @@
+"""Hostile ``.co3`` files: valid CRCs, lying content. Every reader refuses each one early,
+with one ``co3: error:`` line, no traceback, nothing left behind, bounded memory."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import run_cli
+from hostile import CORPUS, base, bomb_z, build, dumps, nested
+
+from co3cli.errors import Co3Error
+
+READERS = [("inspect",), ("inspect", "--decode"), ("decompress", "-o", "OUT"), ("report",)]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# lies only a decoder (or the report's model fit) can see: plain inspect passes them
+DECODE_ONLY = {"short_bodies.co3": 1, "spliced_layers.co3": 1, "bad_meta_fit.co3": 3}
+
+
+def refused_everywhere(path, tmp_path, capsys):
+    for cmd in READERS[DECODE_ONLY.get(Path(path).name, 0):]:
+        out = tmp_path / "out"
+        out.mkdir(exist_ok=True)
+        args = [str(out / "d.h5") if a == "OUT" else a for a in cmd]
+        code, o, e = run_cli(args[0], path, *args[1:], capsys=capsys)
+        assert "Traceback" not in e, (cmd, e)
+        assert code == 1, (cmd, code, o, e)
+        assert e.startswith("co3: error:") and e.count("\n") == 1, (cmd, e)
+        assert os.listdir(out) == [], cmd
+
+
+def write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+def test_honest_file_from_the_builder_reads(tmp_path, capsys):
+    p = write(tmp_path, "ok.co3", build())
+    for cmd in (("inspect", "--decode"), ("report",)):
+        code, o, e = run_cli(cmd[0], p, *cmd[1:], capsys=capsys)
+        assert code == 0, e
+
+
+def test_header_bomb_refused(tmp_path, capsys):
+    h, parts = base()
+    p = write(tmp_path, "bomb.co3", build(h, parts, header_z=bomb_z(dumps(h), pad_mib=40)))
+    code, o, e = run_cli("inspect", p, capsys=capsys)
+    assert code == 1 and "inflates to more than" in e, e
+    refused_everywhere(p, tmp_path, capsys)
+
+
+def test_declared_steps_beyond_file_refused(tmp_path, capsys):
+    h, parts = base()
+    p = write(tmp_path, "steps.co3", build(dict(h, steps=[0] * 1_000_000), parts))
+    code, o, e = run_cli("inspect", p, capsys=capsys)
+    assert code == 1 and "more chunks than" in e, e
+
+
+@pytest.mark.parametrize("where", ["meta", "header"])
+def test_deep_nesting_refused(tmp_path, capsys, where):
+    h, parts = base()
+    if where == "meta":
+        data = build(h, [(nested(100_000),) + parts[0][1:]] + parts[1:])
+    else:
+        data = build(h, parts, header_raw=dumps(h)[:-1] + b',"y":' + nested(100_000) + b"}")
+    p = write(tmp_path, "deep.co3", data)
+    code, o, e = run_cli("inspect", p, capsys=capsys)
+    assert code == 1 and "levels deep" in e, e
+    refused_everywhere(p, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("p2", [30, 40])
+def test_lying_numel_refused_by_inspect(tmp_path, capsys, p2):
+    h, parts = base()
+    lay = [dict(h["layers"][0], shape=[1 << p2], numel=1 << p2)] + h["layers"][1:]
+    p = write(tmp_path, "numel.co3", build(dict(h, layers=lay), parts))
+    code, o, e = run_cli("inspect", p, capsys=capsys)
+    assert code == 1 and "out of memory" not in e and ("block can hold" in e or "limit" in e
+                                                             or "1..2147483648" in e), e
+
+
+def test_million_dims_refused_by_inspect(tmp_path, capsys):
+    h, parts = base()
+    lay = [dict(h["layers"][0], shape=[1] * 1_000_000 + [128])] + h["layers"][1:]
+    p = write(tmp_path, "dims.co3", build(dict(h, layers=lay), parts))
+    code, o, e = run_cli("inspect", p, capsys=capsys)
+    assert code == 1 and "dimensions" in e, e
+
+
+def test_inspect_decode_finds_short_bodies(tmp_path, capsys):
+    h, parts = base()
+    chunks = [(s, b[: len(b) // 2]) for s, b in parts[0][2]]
+    p = write(tmp_path, "short.co3", build(h, [(parts[0][0], parts[0][1], chunks)] + parts[1:]))
+    code, o, e = run_cli("inspect", p, capsys=capsys)
+    assert code == 0  # plain inspect does not decode
+    code, o, e = run_cli("inspect", p, "--decode", capsys=capsys)
+    assert code == 1 and e.count("\n") == 1, e
+
+
+def test_inspect_co3_decode_library():
+    from co3cli.inspection import inspect_co3
+
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "ok.co3"
+        p.write_bytes(build())
+        assert inspect_co3(p, decode=True).verified
+
+
+CORPUS_FILES = sorted(CORPUS.glob("*.co3"))
+
+
+def test_corpus_is_small():
+    assert len(CORPUS_FILES) >= 10
+    assert sum(p.stat().st_size for p in CORPUS_FILES) < 3 << 20
+
+
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name)
+def test_corpus_refused_by_every_reader(path, tmp_path, capsys):
+    refused_everywhere(path, tmp_path, capsys)
+
+
+def test_bomb_peak_memory_in_a_subprocess():
+    code = ("import resource, sys\n"
+            "from co3cli.cli.app import main\n"
+            "try:\n    main(['inspect', sys.argv[1]])\nexcept SystemExit as e:\n    rc = e.code\n"
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
+            "print(hwm[0].split()[1] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
+            " rc)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(CORPUS / "header_bomb.co3")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    rss_kib, rc = r.stdout.split()
+    assert rc == "1" and "Traceback" not in r.stderr, r.stderr
+    assert int(rss_kib) < 300 * 1024, rss_kib
+
+
+FUZZ = int(os.environ.get("CO3_FUZZ_LONG", "0") == "1")
+_H, _PARTS = base()
+_GOOD = build(_H, _PARTS)
+
+
+@settings(max_examples=2000 if FUZZ else 60, deadline=None, derandomize=not FUZZ,
+          suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_fuzz_layout(data):
+    """Lies in every field of the layout, with correct CRCs: a Co3Error or a clean read."""
+    import io
+
+    from co3cli.codec import iter_decode_block, read_co3_setup
+    from co3cli.container import open_co3
+
+    h = dict(_H)
+    parts = [list(p) for p in _PARTS]
+    kind = data.draw(st.sampled_from(["steps", "numel", "shape", "name", "meta", "table", "body",
+                                      "meta_len", "table_len", "body_len", "header"]))
+    kw = {}
+    if kind == "steps":
+        h["steps"] = data.draw(st.lists(st.integers(-2**70, 2**70), max_size=40))
+    elif kind in ("numel", "shape"):
+        lay = dict(h["layers"][0])
+        lay["numel"] = data.draw(st.integers(-5, 2**45))
+        lay["shape"] = data.draw(st.lists(st.integers(-2, 2**40), max_size=6)) if kind == "shape" \
+            else [lay["numel"]]
+        h["layers"] = [lay] + h["layers"][1:]
+    elif kind == "name":
+        h["layers"] = [dict(h["layers"][0], name=data.draw(st.text(max_size=8)))] + h["layers"][1:]
+    elif kind in ("meta", "table", "body"):
+        blob = data.draw(st.binary(max_size=64))
+        if kind == "meta":
+            parts[0][0] = blob
+        elif kind == "table":
+            parts[0][1] = blob
+        else:
+            parts[0][2] = [(s, blob) for s, _ in parts[0][2]]
+    elif kind == "header":
+        raw = data.draw(st.one_of(st.binary(max_size=64), st.just(nested(5000))))
+        blob = build(h, [tuple(p) for p in parts], header_raw=raw)
+        return _check(blob)
+    else:
+        n = data.draw(st.integers(0, 2**32 - 1))
+        if kind == "body_len":
+            kw["body_lens"] = [n, n]
+        else:
+            kw[kind] = n
+    _check(build(h, [tuple(p) for p in parts], **kw))
+
+
+def _check(blob):
+    import io
+
+    from co3cli.codec import iter_decode_block, read_co3_setup
+    from co3cli.container import open_co3
+
+    try:
+        co3 = open_co3(io.BytesIO(blob))
+        grid, coder = read_co3_setup(co3.header)
+        for block in co3.layers():
+            lay = co3.header["layers"][block.index]
+            for _ in iter_decode_block(block, grid, coder, lay["numel"], lay["shape"]):
+                pass
+    except Co3Error:
+        pass
