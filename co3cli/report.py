@@ -136,21 +136,16 @@ def summarize(layers: list[dict], file_bytes: int) -> dict:
 def report_dump(path, *, format=None, scale=None, coder=None, coder_params=None,
                 model=None, codebook=None, nonfinite="error", progress=False,
                 keep_hist=False) -> dict:
-    """Compress a dump (to a temporary file) and report on the real bytes."""
-    import os
-    import tempfile
-
+    """Compress a dump (to an anonymous temporary file) and report on the real bytes."""
     from co3cli.codec import compress
+    from co3cli.fileio import Scratch
 
-    fd, tmp = tempfile.mkstemp(prefix="co3-report-", suffix=".co3")
-    os.close(fd)
-    try:
-        compress(path, tmp, format=format, scale=scale, coder=coder, coder_params=coder_params,
-                 model=model, codebook=codebook, nonfinite=nonfinite, progress=progress)
-        out = report_co3(tmp, name=f"{path} (compressed to a temporary file)", progress=progress,
-                         keep_hist=keep_hist)
-    finally:
-        os.unlink(tmp)
+    with Scratch(None, prefix="co3-report-") as tmp:  # anonymous: gone even on kill -9
+        compress(path, tmp.path, format=format, scale=scale, coder=coder,
+                 coder_params=coder_params, model=model, codebook=codebook, nonfinite=nonfinite,
+                 progress=progress)
+        out = report_co3(tmp.path, name=f"{path} (compressed to a temporary file)",
+                         progress=progress, keep_hist=keep_hist)
     out["source"] = str(path)
     return out
 

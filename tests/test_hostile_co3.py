@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -151,11 +150,6 @@ _GOOD = build(_H, _PARTS)
 @given(st.data())
 def test_fuzz_layout(data):
     """Lies in every field of the layout, with correct CRCs: a Co3Error or a clean read."""
-    import io
-
-    from co3cli.codec import iter_decode_block, read_co3_setup
-    from co3cli.container import open_co3
-
     h = dict(_H)
     parts = [list(p) for p in _PARTS]
     kind = data.draw(st.sampled_from(["steps", "numel", "shape", "name", "meta", "table", "body",

@@ -133,21 +133,14 @@ def _run_kills(which: str, seed: int, inputs: Path, tmp_path: Path) -> None:
     _check_clean(out, tmpdir, killed, target)
 
 
-REPORT_XFAIL = pytest.mark.xfail(
-    strict=False, reason="co3cli/report.py report_dump still makes a named mkstemp file in TMPDIR "
-    "(outside this change: it should compress into a fileio.Scratch)")
-
-
-@pytest.mark.parametrize("which", ["compress", "decompress",
-                                   pytest.param("report", marks=REPORT_XFAIL), "pipeline"])
+@pytest.mark.parametrize("which", ["compress", "decompress", "report", "pipeline"])
 def test_kill_leaves_nothing(which, inputs, tmp_path):
     _run_kills(which, 11, inputs, tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("which", ["compress", "decompress",
-                                   pytest.param("report", marks=REPORT_XFAIL), "pipeline"])
+@pytest.mark.parametrize("which", ["compress", "decompress", "report", "pipeline"])
 def test_kill_leaves_nothing_many(which, seed, inputs, tmp_path):
     _run_kills(which, 100 + seed, inputs, tmp_path)
 
