@@ -77,8 +77,9 @@ FL = SimpleNamespace(  # the options of `co3 simulate fl`, in the order --help l
              "ranks 1..N-1 the clients, real bytes over torch.distributed (gloo) between "
              "processes."),
     nproc=O(3, "--nproc", help="torchrun engine: processes on this machine."),
-    timeout=O(300.0, "--timeout", help="torchrun engine: seconds a rank may wait for another "
-              "before the job fails."),
+    timeout=O(300.0, "--timeout", help="torchrun engine: seconds a rank may send nothing "
+              "(no heartbeat) before the job fails naming it (with --print-torchrun: gloo's "
+              "timeout)."),
     print_torchrun=O(False, "--print-torchrun", help="Write the config to --output and print "
                      "the torchrun line for running the job on several machines, instead of "
                      "running it."),
