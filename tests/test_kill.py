@@ -111,13 +111,30 @@ def _command(which: str, src: Path, out: Path) -> tuple[list[str], str | None]:
 
 
 def _check_clean(out: Path, tmpdir: Path, killed: bool, target: str | None) -> None:
+    """Nothing in TMPDIR; in the output folder nothing, or the target complete and valid (the
+    kill can land after the target was published: never a partial or a hidden file)."""
     left_tmp = sorted(os.listdir(tmpdir))
     left_out = sorted(os.listdir(out))
     assert left_tmp == [], f"TMPDIR keeps {left_tmp}"
-    if killed:
-        assert left_out == [], f"output folder keeps {left_out}"
-    else:  # it finished before the kill: only the whole output
-        assert left_out in ([], [target]), f"output folder keeps {left_out}"
+    assert left_out in ([], [target] if target else []), f"output folder keeps {left_out}"
+    if target and not killed:  # it finished before the kill: the whole output is there
+        assert left_out == [target], "the run finished but its output is missing"
+    if left_out:
+        _check_complete(out / target)
+
+
+def _check_complete(path: Path) -> None:
+    if path.suffix == ".co3":
+        from co3cli.container import open_co3
+
+        with open(path, "rb") as f:
+            open_co3(f, str(path))  # verifies every checksum and the trailer
+    else:
+        from co3cli.dump import Dump
+
+        with Dump.open(path) as d:
+            for name in d.layers:
+                d.read_layer(name)
 
 
 def _run_kills(which: str, seed: int, inputs: Path, tmp_path: Path) -> None:
