@@ -66,12 +66,18 @@ def uep_analyze_cli(
     """
     from co3cli.simulate.uep import report as ur
 
+    if plot is not None:  # before any work
+        from co3cli.plot import require_matplotlib
+
+        require_matplotlib(plot)
     codes = _uep_codes(windows, classes, workers, repetition, schemes)
     L = next(iter(codes.values())).n_classes
     e = ur.class_energies(energies, L) if error_vs_time or energies is not None else None
     res = ur.analyze(codes, energies=e, rate=rate, shift=shift, t_max=t_max, points=points)
     if plot is not None:
-        ur.write_plot(res, plot)
+        from co3cli.simulate.uep.plots import write_plot
+
+        write_plot(res, plot)
     if json_out:
         emit(json.dumps(res, indent=1))
     else:
