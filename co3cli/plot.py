@@ -148,13 +148,19 @@ def _hist_panel(ax, lay: dict, fmt: str) -> None:
     n = counts.sum()
     idx = np.arange(len(values)) - (len(values) - 1) // 2  # level 0 = the zero symbol
     emp = counts / n
-    floor = min(emp[emp > 0].min(), 1.0 / n) / 3  # below what n entries can show
+    floor = min(emp[emp > 0].min(), 1.0 / n, 0.03) / 3  # below what n entries can show
     seen = (emp > 0) | (pmf >= floor)
     half = int(np.abs(idx[seen]).max()) + 1 if seen.any() else 1
-    ax.bar(idx, np.where(emp > 0, emp, np.nan), width=0.8, color="#9ecae1",
-           edgecolor="#3182bd", lw=0.5, label="symbol frequency (data)")
-    ax.plot(idx, np.where(pmf >= floor, pmf, np.nan), "-o", color="#e6550d", ms=2.5, lw=1.2,
-            label="model pmf (coded with)")
+    few = len(values) <= 63  # fp4, uniform grids: one bar per level; fp8: one outline
+    style = dict(color="#9ecae1", label="symbol frequency (data)")
+    if few:
+        ax.bar(idx, np.where(emp > 0, emp, np.nan), width=0.8, edgecolor="#3182bd", lw=0.5,
+               **style)
+    else:
+        ax.stairs(np.maximum(emp, floor), np.r_[idx - 0.5, idx[-1] + 0.5], baseline=floor,
+                  fill=True, **style)
+    ax.plot(idx, np.where(pmf >= floor, pmf, np.nan), "-o" if few else "-", color="#e6550d",
+            ms=2.5, lw=1.2, label="model pmf (coded with)")
     ax.set_yscale("log")
     ax.set_ylim(floor, 1.6)
     ax.set_xlim(-half - 0.5, half + 0.5)
@@ -200,6 +206,7 @@ def _bits_panel(ax, rows: list[dict], file_bytes: int) -> None:
     ax.set_xticks(x, labels, fontsize=7.5)
     ax.axvline(x[-1] - 0.75, color="#888888", lw=0.8, ls="--")
     ax.set_ylabel("bits per entry", fontsize=9)
+    ax.set_xlabel("layer (entries, share of the file's bytes)", fontsize=8)
     cut = f"; bars cut at {ymax:.1f} show their value in red" if top > ymax else ""
     ax.set_title("bits per entry: the bounds next to the real bytes\n(layers largest first; "
                  f"the whole file includes its header{cut})", fontsize=9)

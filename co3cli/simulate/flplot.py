@@ -109,6 +109,9 @@ def _common(cfgs: list[dict | None]) -> str:
     same = lambda k: not _differs(cfgs, lambda c: c.get(k))  # noqa: E731
     parts = [f"{k} {c0[k]}" if k != "clients" else f"{c0[k]} clients"
              for k in ("task", "clients", "algorithm", "partition", "lr") if k in c0 and same(k)]
+    if same("compressor") and same("compressor_params"):
+        given = " ".join(f"{k}={v}" for k, v in (c0.get("compressor_params") or {}).items())
+        parts.append(f"all {c0.get('compressor')}" + (f" {given}" if given else ""))
     return ", ".join(parts)
 
 

@@ -89,6 +89,7 @@ def error_floor(curves: dict[str, Any], sids) -> float:
 
 def _decoding_panel(ax, result, groups) -> None:
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
 
     n_classes = max(len(s["p_decode"]) for s in result["schemes"].values())
     for k, sid in enumerate(groups):
@@ -100,6 +101,7 @@ def _decoding_panel(ax, result, groups) -> None:
     ax.set(xlabel="results received N (of the scheme's workers)",
            ylabel="P(class decoded | N)", ylim=(-0.03, 1.03),
            title="probability that each class is decoded after N results")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend([Line2D([], [], color="k", ls=CLASS_STYLES[c % len(CLASS_STYLES)])
                for c in range(n_classes)],
@@ -127,7 +129,7 @@ def _error_panel(ax, result, groups) -> None:
     ax.set(xlabel="time since the start (units of 1/rate)",
            ylabel="expected lost energy / total energy (log)",
            title="expected normalised error of the decoded product vs time")
-    ax.grid(alpha=0.3, which="both")
+    ax.grid(alpha=0.3)
     if below:
         ax.text(0.98, 0.03, f"below {short_number(floor)}:\n" + "\n".join(below),
                 transform=ax.transAxes, ha="right", va="bottom", fontsize=7.5,
