@@ -11,7 +11,7 @@ The report figure (:func:`report_figure`)::
 
     report (keep_hist=True) --> one panel per layer, largest first up to max_layers, plus one
         "other N layers" panel pooling the rest: symbol frequencies (bars) against the model's
-        pmf (line), log probability clipped at a third of 1/entries (what the data can show)
+        pmf (line); the log axis stops a little below the rarest frequency the data can show
       --> a bits-per-entry panel across the bottom: per layer (largest first, up to max_bars,
         the rest pooled) and the whole file: entropy and model cross-entropy (bounds) next to
         the Huffman code length and the actual bits from the file's bytes; a bar far above the

@@ -301,5 +301,6 @@ def test_plot_output_checked_before_any_work(tmp_path, dump_path, capsys, monkey
 def test_require_matplotlib_message(no_matplotlib):
     from co3cli.plot import require_matplotlib
 
-    with pytest.raises(InputError, match=r"^--plot needs matplotlib: pip install 'co3cli\[plot\]'$"):
+    with pytest.raises(InputError, match=r"^--plot needs matplotlib: pip install "
+                       r"'co3cli\[plot\]'$"):
         require_matplotlib()

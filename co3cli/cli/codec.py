@@ -10,6 +10,7 @@ import typer
 from co3cli.cli.common import (CoderOpt, FormatOpt, JsonOpt, MaxLenOpt, ModelOpt, NonfiniteOpt,
                                PrecisionOpt, QuietOpt, ScaleOpt, coder_params, emit, emit_json,
                                summary)
+from co3cli.plot import require_matplotlib
 
 
 def compress_cli(
@@ -97,10 +98,8 @@ def report_cli(
     from co3cli.inspection import report_file
     from co3cli.report import bits_table
 
-    if plot is not None:  # before any work
-        from co3cli.plot import require_matplotlib
-
-        require_matplotlib(plot)
+    if plot is not None:
+        require_matplotlib(plot)  # before any work
     rep = report_file(input, format=format, scale=scale, coder=coder,
                       coder_params=coder_params(max_len, precision), model=model,
                       nonfinite=nonfinite, progress=not quiet, plot=plot)

@@ -16,6 +16,7 @@ import typer
 from co3cli.cli.common import (
     JsonOpt, QuietOpt, emit, emit_json, given, kind_choices, torch_one_thread,
 )
+from co3cli.plot import require_matplotlib
 
 simulate_app = typer.Typer(help="Simulate training through the codec: federated (fl, plot) "
                            "and against stragglers (uep).",
@@ -171,7 +172,6 @@ def simulate_plot_cli(
 
     Example: co3 simulate plot run-none run-co3 -o compare.png --labels float32,"co3 fp4"
     """
-    from co3cli.plot import require_matplotlib
     from co3cli.simulate.flplot import parse_labels, plot_runs
 
     require_matplotlib(output)

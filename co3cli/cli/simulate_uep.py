@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from co3cli.cli.common import JsonOpt, QuietOpt, emit, kind_choices, torch_one_thread
+from co3cli.plot import require_matplotlib
 
 uep_app = typer.Typer(help="UEP-coded matrix multiplication against stragglers: exact "
                        "analysis, Monte Carlo, coded back-propagation.", no_args_is_help=True)
@@ -66,10 +67,8 @@ def uep_analyze_cli(
     """
     from co3cli.simulate.uep import report as ur
 
-    if plot is not None:  # before any work
-        from co3cli.plot import require_matplotlib
-
-        require_matplotlib(plot)
+    if plot is not None:
+        require_matplotlib(plot)  # before any work
     codes = _uep_codes(windows, classes, workers, repetition, schemes)
     L = next(iter(codes.values())).n_classes
     e = ur.class_energies(energies, L) if error_vs_time or energies is not None else None

@@ -146,11 +146,17 @@ def runs_figure(runs: list[str], labels: list[str] | None = None):
     log_bpe = _log_helps(bpe, 10)
     ax[2].set(xlabel="round", ylabel="uplink bits per entry" + (" (log)" if log_bpe else ""),
               title="bits per gradient entry sent", yscale="log" if log_bpe else "linear")
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    plain = FuncFormatter(lambda v, _p: f"{v:g}")  # 0.1, 1, 10 rather than 10^-1, 10^0, 10^1
-    ax[1].xaxis.set_major_formatter(plain)
-    ax[2].yaxis.set_major_formatter(plain)
+    for axis, scale, arrays in ((ax[1].xaxis, ax[1].get_xscale(), [u / 1e6 for u in up]),
+                                (ax[2].yaxis, ax[2].get_yscale(), bpe)):
+        if scale == "log":  # 0.5, 1, 2, 5, 10 rather than 10^0, 10^1; fewer on a long axis
+            vals = np.concatenate([a[np.isfinite(a) & (a > 0)] for a in arrays])
+            decades = np.log10(vals.max() / vals.min())
+            subs = (1.0, 2.0, 5.0) if decades <= 3.5 else (1.0, 3.0) if decades <= 5 else (1.0,)
+            axis.set_major_locator(LogLocator(subs=subs))
+            axis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
     for a in ax:
         a.grid(alpha=0.3)
     fig.legend(*ax[0].get_legend_handles_labels(), loc="outside lower center",
