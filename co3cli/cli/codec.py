@@ -10,6 +10,7 @@ import typer
 from co3cli.cli.common import (CoderOpt, FormatOpt, JsonOpt, MaxLenOpt, ModelOpt, NonfiniteOpt,
                                PrecisionOpt, QuietOpt, ScaleOpt, coder_params, emit, emit_json,
                                summary)
+from co3cli.plot import require_matplotlib
 
 
 def compress_cli(
@@ -83,7 +84,9 @@ def report_cli(
     format: Optional[str] = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
     model: Optional[str] = ModelOpt, max_len: Optional[int] = MaxLenOpt,
     precision: Optional[int] = PrecisionOpt, nonfinite: str = NonfiniteOpt,
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw a PNG (needs matplotlib)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw a PNG: each layer's "
+                                        "symbols against the model, bits per entry against "
+                                        "the bounds (needs matplotlib)."),
     json_out: bool = JsonOpt, quiet: bool = QuietOpt,
 ):
     """Bits per entry against entropy, per layer and in total, from real bytes.
@@ -95,6 +98,8 @@ def report_cli(
     from co3cli.inspection import report_file
     from co3cli.report import bits_table
 
+    if plot is not None:
+        require_matplotlib(plot)  # before any work
     rep = report_file(input, format=format, scale=scale, coder=coder,
                       coder_params=coder_params(max_len, precision), model=model,
                       nonfinite=nonfinite, progress=not quiet, plot=plot)

@@ -16,6 +16,7 @@ import typer
 from co3cli.cli.common import (
     JsonOpt, QuietOpt, emit, emit_json, given, kind_choices, torch_one_thread,
 )
+from co3cli.plot import require_matplotlib
 
 simulate_app = typer.Typer(help="Simulate training through the codec: federated (fl, plot) "
                            "and against stragglers (uep).",
@@ -161,13 +162,17 @@ def _print_job(job, compressor: str, output: str, json_out: bool, quiet: bool) -
 def simulate_plot_cli(
     runs: List[str] = typer.Argument(..., help="Run folders of co3 simulate fl."),
     output: str = typer.Option(..., "--output", "-o", help="PNG file."),
+    labels: Optional[str] = typer.Option(None, "--labels", help="Comma-separated legend "
+                                         "labels, one per run (default: from each run's "
+                                         "config, e.g. 'co3 fp4-co3 gamma=0.7')."),
 ):
-    """Accuracy vs round, accuracy vs cumulative uplink bits, bits/entry vs round (one PNG).
+    """Accuracy vs round, accuracy vs cumulative uplink MB, bits/entry vs round (one PNG).
 
     Example: co3 simulate plot run-none run-co3 run-qsgd -o compare.png
-    """
-    from co3cli.fileio import output_path
-    from co3cli.simulate.flplot import plot_runs
 
-    with output_path(output) as tmp:
-        plot_runs(runs, tmp)
+    Example: co3 simulate plot run-none run-co3 -o compare.png --labels float32,"co3 fp4"
+    """
+    from co3cli.simulate.flplot import parse_labels, plot_runs
+
+    require_matplotlib(output)
+    plot_runs(runs, output, parse_labels(labels, runs))

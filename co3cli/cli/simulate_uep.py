@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from co3cli.cli.common import JsonOpt, QuietOpt, emit, kind_choices, torch_one_thread
+from co3cli.plot import require_matplotlib
 
 uep_app = typer.Typer(help="UEP-coded matrix multiplication against stragglers: exact "
                        "analysis, Monte Carlo, coded back-propagation.", no_args_is_help=True)
@@ -66,12 +67,16 @@ def uep_analyze_cli(
     """
     from co3cli.simulate.uep import report as ur
 
+    if plot is not None:
+        require_matplotlib(plot)  # before any work
     codes = _uep_codes(windows, classes, workers, repetition, schemes)
     L = next(iter(codes.values())).n_classes
     e = ur.class_energies(energies, L) if error_vs_time or energies is not None else None
     res = ur.analyze(codes, energies=e, rate=rate, shift=shift, t_max=t_max, points=points)
     if plot is not None:
-        ur.write_plot(res, plot)
+        from co3cli.simulate.uep.plots import write_plot
+
+        write_plot(res, plot)
     if json_out:
         emit(json.dumps(res, indent=1))
     else:

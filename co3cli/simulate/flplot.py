@@ -2,17 +2,21 @@
 
 ::
 
-    run folder(s) --read_metrics--> {column: float array}  --plot_runs--> PNG (3 panels):
-        accuracy vs round | accuracy vs cumulative uplink bits | uplink bits/entry vs round
+    run folder(s) --read_metrics--> {column: float array}  --runs_figure / plot_runs--> PNG:
+        accuracy vs round | accuracy vs cumulative uplink MB | uplink bits/entry vs round
+    config.json --default_labels--> one label per run from what sets its config apart
+        (compressor and its parameters, gamma, seed, ...), unless ``--labels`` names them
 
-Plotting needs matplotlib (``pip install 'co3cli[plot]'``), imported only by ``plot_runs``.
+Plotting needs matplotlib (``pip install 'co3cli[plot]'``), imported only by the figure.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,30 +44,131 @@ def read_metrics(run: str | os.PathLike) -> dict[str, np.ndarray]:
         raise InputError(f"{path}: bad value ({exc})") from None
 
 
-def plot_runs(runs: list[str], out_png: str | os.PathLike, labels: list[str] | None = None) -> None:
-    """Accuracy vs round, accuracy vs cumulative uplink bits, bits/entry vs round (one PNG)."""
-    data = [read_metrics(r) for r in runs]
-    try:
-        import matplotlib
+SKIP = ("compressor", "compressor_params", "gamma", "dump_rounds", "dump_client", "eval_every")
+VALUE_ONLY = ("format",)  # compressor parameters shown as their value alone
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("co3 simulate plot needs matplotlib: pip install 'co3cli[plot]'") \
-            from None
-    labels = labels or [Path(r).name for r in runs]
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
-    for d, lab in zip(data, labels):
+
+def run_config(run: str | os.PathLike) -> dict[str, Any] | None:
+    """The ``config`` of a run folder's config.json, or None when it is missing or unreadable."""
+    try:
+        doc = json.loads((Path(run) / "config.json").read_text(encoding="utf-8"))
+        cfg = doc["config"]
+        return cfg if isinstance(cfg, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _differs(cfgs: list[dict], get) -> bool:
+    vals = [json.dumps(get(c), sort_keys=True, default=str) for c in cfgs]
+    return len(set(vals)) > 1
+
+
+def default_labels(runs: list[str]) -> list[str]:
+    """Each run named by its compressor and what sets its config.json apart from the others':
+    the compressor's parameters (``co3 fp4-co3``, ``qsgd levels=2``), the error-feedback decay
+    (``co3 fp4-co3 gamma=0.7``) and any other differing field (``seed=1``); the folder names
+    where a config is missing, and beside labels that would still be alike."""
+    names = [Path(r).resolve().name or str(r) for r in runs]
+    cfgs = [run_config(r) for r in runs]
+    if len(runs) < 2 or any(c is None for c in cfgs):
+        return names
+    params = lambda c: c.get("compressor_params") or {}  # noqa: E731
+    keys = sorted({k for c in cfgs for k in params(c)})
+    vary = [k for k in keys if _differs(cfgs, lambda c, k=k: params(c).get(k))]
+    others = [k for k in cfgs[0] if k not in SKIP and _differs(cfgs, lambda c, k=k: c.get(k))]
+    labels = []
+    for c in cfgs:
+        parts = ["none (float32)" if c.get("compressor") == "none" else str(c.get("compressor"))]
+        parts += [str(params(c)[k]) if k in VALUE_ONLY else f"{k}={params(c)[k]}"
+                  for k in vary if k in params(c)]
+        if c.get("compressor") != "none" and _differs(cfgs, lambda c: c.get("gamma")):
+            parts.append(f"gamma={c.get('gamma')}")
+        parts += [f"{k}={c.get(k)}" for k in others]
+        labels.append(" ".join(parts))
+    if len(set(labels)) < len(labels):  # still alike: say which folder is which
+        labels = [f"{lab} ({n})" for lab, n in zip(labels, names)]
+    return labels
+
+
+def parse_labels(text: str | None, runs: list) -> list[str] | None:
+    """``--labels a,b,c``: one label per run (InputError naming both counts otherwise)."""
+    if text is None:
+        return None
+    labels = [x.strip() for x in text.split(",")]
+    if len(labels) != len(runs) or not all(labels):
+        raise InputError(f"--labels {text!r} gives {len(labels)} label(s) for {len(runs)} "
+                         "run(s): give one non-empty label per run, comma-separated")
+    return labels
+
+
+def _common(cfgs: list[dict | None]) -> str:
+    """The setting every run shares, for the title."""
+    if not cfgs or any(c is None for c in cfgs):
+        return ""
+    c0 = cfgs[0]
+    same = lambda k: not _differs(cfgs, lambda c: c.get(k))  # noqa: E731
+    parts = [f"{k} {c0[k]}" if k != "clients" else f"{c0[k]} clients"
+             for k in ("task", "clients", "algorithm", "partition", "lr") if k in c0 and same(k)]
+    if same("compressor") and same("compressor_params"):
+        given = " ".join(f"{k}={v}" for k, v in (c0.get("compressor_params") or {}).items())
+        parts.append(f"all {c0.get('compressor')}" + (f" {given}" if given else ""))
+    return ", ".join(parts)
+
+
+def _log_helps(arrays, ratio: float) -> bool:
+    vals = np.concatenate([a[np.isfinite(a) & (a > 0)] for a in arrays] or [np.zeros(0)])
+    return vals.size > 0 and vals.max() / vals.min() > ratio
+
+
+def runs_figure(runs: list[str], labels: list[str] | None = None):
+    """The comparison Figure: accuracy vs round, accuracy vs cumulative uplink MB, uplink
+    bits/entry vs round (log axes only where the runs span more than a decade or so)."""
+    from co3cli.plot import new_figure
+
+    data = [read_metrics(r) for r in runs]
+    labels = labels or default_labels(runs)
+    fig = new_figure(15.0, 5.0)
+    ax = fig.subplots(1, 3)
+    for k, (d, lab) in enumerate(zip(data, labels)):
         ok = ~np.isnan(d["test_accuracy"])
-        ax[0].plot(d["round"][ok], 100 * d["test_accuracy"][ok], label=lab)
-        ax[1].plot(8 * d["cumulative_uplink_bytes"][ok], 100 * d["test_accuracy"][ok], label=lab)
-        ax[2].plot(d["round"], d["uplink_bits_per_entry"], label=lab)
-    ax[0].set(xlabel="round", ylabel="test accuracy (%)")
-    ax[1].set(xlabel="cumulative uplink bits", ylabel="test accuracy (%)", xscale="log")
-    ax[2].set(xlabel="round", ylabel="uplink bits / entry", yscale="log")
+        style = dict(color=f"C{k % 10}", lw=1.5, label=lab)
+        ax[0].plot(d["round"][ok], 100 * d["test_accuracy"][ok], marker="o", ms=3, **style)
+        ax[1].plot(d["cumulative_uplink_bytes"][ok] / 1e6, 100 * d["test_accuracy"][ok],
+                   marker="o", ms=3, **style)
+        ax[2].plot(d["round"], d["uplink_bits_per_entry"], **style)
+    ax[0].set(xlabel="round", ylabel="test accuracy (%)", title="test accuracy vs round")
+    up = [d["cumulative_uplink_bytes"] for d in data]
+    ax[1].set(xlabel="cumulative uplink, all clients (MB" + (", log)" if _log_helps(up, 30)
+                                                             else ")"),
+              ylabel="test accuracy (%)", title="accuracy vs bytes sent",
+              xscale="log" if _log_helps(up, 30) else "linear")
+    bpe = [d["uplink_bits_per_entry"] for d in data]
+    log_bpe = _log_helps(bpe, 10)
+    ax[2].set(xlabel="round", ylabel="uplink bits per entry" + (" (log)" if log_bpe else ""),
+              title="bits per gradient entry sent", yscale="log" if log_bpe else "linear")
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    for axis, scale, arrays in ((ax[1].xaxis, ax[1].get_xscale(), [u / 1e6 for u in up]),
+                                (ax[2].yaxis, ax[2].get_yscale(), bpe)):
+        if scale == "log":  # 0.5, 1, 2, 5, 10 rather than 10^0, 10^1; fewer on a long axis
+            vals = np.concatenate([a[np.isfinite(a) & (a > 0)] for a in arrays])
+            decades = np.log10(vals.max() / vals.min())
+            subs = (1.0, 2.0, 5.0) if decades <= 3.5 else (1.0, 3.0) if decades <= 5 else (1.0,)
+            axis.set_major_locator(LogLocator(subs=subs))
+            axis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
     for a in ax:
         a.grid(alpha=0.3)
-    ax[2].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110, format="png")
-    plt.close(fig)
+    fig.legend(*ax[0].get_legend_handles_labels(), loc="outside lower center",
+               ncols=min(len(runs), 4), fontsize=9)
+    common = _common([run_config(r) for r in runs])
+    fig.suptitle("co3 simulate plot: federated runs" + (f" ({common})" if common else ""),
+                 fontsize=11)
+    return fig
+
+
+def plot_runs(runs: list[str], out_png: str | os.PathLike, labels: list[str] | None = None) -> None:
+    """:func:`runs_figure` as a PNG in ``out_png`` (which appears only when complete)."""
+    from co3cli.plot import save_png
+
+    save_png(runs_figure(runs, labels), out_png)

@@ -106,38 +106,6 @@ def monte_carlo_check(codes: dict[str, Any], N: Sequence[int], *, trials: int,
     return rows
 
 
-def plot_analysis(result: dict[str, Any], path: Any) -> None:
-    """Decoding probability vs N (every scheme and class) and, if present, error vs time."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("--plot needs matplotlib: pip install 'co3cli[plot]'") from None
-    curves = result.get("error_vs_time")
-    fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(12 if curves else 6.5, 4.2))
-    axes = np.atleast_1d(axes)
-    styles = ["-", "--", ":", "-."]
-    for k, (sid, s) in enumerate(result["schemes"].items()):
-        color = f"C{k}"
-        for c, p in enumerate(s["p_decode"]):
-            axes[0].plot(s["N"], p, styles[c % 4], color=color, label=f"{sid} class {c + 1}")
-    axes[0].set(xlabel="results received N", ylabel="P(class decoded | N)")
-    axes[0].legend(fontsize=7)
-    axes[0].grid(alpha=0.3)
-    if curves:
-        for k, sid in enumerate(result["schemes"]):
-            axes[1].plot(curves["t"], curves[sid], color=f"C{k}", label=sid)
-        axes[1].set(xlabel="time (1/rate units)", ylabel="expected normalised error",
-                    yscale="log")
-        axes[1].legend(fontsize=8)
-        axes[1].grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
-
-
 def parse_list(text: str, name: str, kind: type = float) -> list:
     """``"0.4,0.35,0.25"`` -> [0.4, 0.35, 0.25] (``kind`` int or float); InputError otherwise."""
     try:
@@ -165,14 +133,6 @@ def class_energies(energies: str | None, n_classes: int) -> list[float]:
     if len(e) != n_classes or any(not (math.isfinite(v) and v >= 0) for v in e):
         raise InputError(f"--energies needs {n_classes} values >= 0 (one per class), got {e}")
     return e
-
-
-def write_plot(result: dict[str, Any], path: Any) -> None:
-    """:func:`plot_analysis` into ``path``, which appears only when the plot is complete."""
-    from co3cli.fileio import output_path
-
-    with output_path(path) as tmp:
-        plot_analysis(result, tmp)
 
 
 def straggler_setting(scheme: str, *, workers, windows: str, classes: str, repetition: int,
