@@ -136,6 +136,10 @@ def report_file(src: str | Path, *, format=None, scale=None, coder=None, coder_p
     from co3cli import report
     from co3cli.fileio import input_path
 
+    if plot is not None:  # before any work: a missing matplotlib fails in a second, not after
+        from co3cli.plot import require_matplotlib
+
+        require_matplotlib(plot)
     with input_path(src, "input") as p:
         if is_co3(p):
             options = {"--format": format, "--scale": scale, "--coder": coder, "--model": model,

@@ -304,3 +304,15 @@ def test_require_matplotlib_message(no_matplotlib):
     with pytest.raises(InputError, match=r"^--plot needs matplotlib: pip install "
                        r"'co3cli\[plot\]'$"):
         require_matplotlib()
+
+
+def test_report_file_checks_matplotlib_before_any_work(tmp_path, dump_path, monkeypatch,
+                                                        no_matplotlib):
+    """The library call, not only the CLI: no report is computed when the PNG cannot be drawn."""
+    import co3cli.inspection
+    import co3cli.report
+
+    monkeypatch.setattr(co3cli.report, "report_dump", _never("the report"))
+    with pytest.raises(InputError, match=r"^--plot needs matplotlib"):
+        co3cli.inspection.report_file(dump_path, format="fp4-co3", plot=tmp_path / "r.png")
+    assert not (tmp_path / "r.png").exists()
