@@ -118,11 +118,11 @@ class Partition:
         """C (m, p) in the original row/column order from the sorted-coordinates product."""
         if self.row_perm is None and self.col_perm is None:
             return Cs
-        out = np.empty_like(Cs)
-        rows = np.arange(Cs.shape[0]) if self.row_perm is None else self.row_perm
-        cols = np.arange(Cs.shape[1]) if self.col_perm is None else self.col_perm
-        out[np.ix_(rows, cols)] = Cs
-        return out
+        if self.row_perm is not None:  # C[row_perm[i]] = Cs[i]: take the inverse permutation
+            Cs = Cs.take(np.argsort(self.row_perm), axis=0)
+        if self.col_perm is not None:
+            Cs = Cs.take(np.argsort(self.col_perm), axis=1)
+        return Cs
 
     def block_rows_cols(self, q: int) -> tuple[np.ndarray, np.ndarray]:
         """Rows and columns of C (original order) that the q-th block (class order) covers
@@ -201,10 +201,10 @@ def partition(A: Any, B: Any, *, mode: str = "rxc", blocks: Any = None,
     perms: dict[str, Any] = {}
     if partition == "sorted" and mode == "rxc":
         perms = {"row_perm": _desc(_stat(sort_by, A, 1)), "col_perm": _desc(_stat(sort_by, B, 0))}
-        A, B = A[perms["row_perm"]], B[:, perms["col_perm"]]
+        A, B = A.take(perms["row_perm"], axis=0), B.take(perms["col_perm"], axis=1)
     elif partition == "sorted":
         perms = {"inner_perm": _desc(_stat(sort_by, A, 0) * _stat(sort_by, B, 1))}
-        A, B = A[:, perms["inner_perm"]], B[perms["inner_perm"]]
+        A, B = A.take(perms["inner_perm"], axis=1), B.take(perms["inner_perm"], axis=0)
     if mode == "rxc":
         if blocks is None or np.isscalar(blocks) or len(blocks) != 2:
             raise InputError(f"blocks must be (M, N) for mode 'rxc', got {blocks!r}")
