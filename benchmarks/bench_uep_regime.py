@@ -202,13 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     deadlines = [float(t) for t in a.deadlines.split(",")]
     rows = []
     regimes = [(float(r.split(":")[0]), int(r.split(":")[1])) for r in a.regimes.split(",")]
+    done: dict[str, list[dict]] = {}  # uncoded has 9 workers whatever n: run each config once
     for shift, n in regimes:
         for name, cfg in runs(shift, n, deadlines):
-            res = []
-            for seed in seeds:
-                d = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__} | {"seed": seed}
-                res.append(train_coded(TASK, StragglerConfig(**d), steps=a.steps, batch_size=64,
-                                       lr=0.1, seed=seed, eval_every=25, target_accuracy=a.target))
+            key = json.dumps(cfg.to_dict(), sort_keys=True)
+            if key not in done:
+                done[key] = []
+                for seed in seeds:
+                    d = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__} | {"seed": seed}
+                    done[key].append(train_coded(TASK, StragglerConfig(**d), steps=a.steps,
+                                                 batch_size=64, lr=0.1, seed=seed, eval_every=25,
+                                                 target_accuracy=a.target))
+            res = done[key]
             v, k = ttt(res)
             rows.append(dict(shift=shift, n=n, name=name, ttt=v, reached=k,
                              per_seed=[r["time_to_target"] for r in res],
