@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's co3cli
 
 RUNS = [  # label, scheme (None: exact autograd), extra StragglerConfig fields
     ("exact (autograd)", None, {}),
