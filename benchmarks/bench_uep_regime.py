@@ -83,13 +83,14 @@ def plot(rows: list[dict], out: Path, target: float, deadlines: list[float]) -> 
         for s, (col, mk, ls) in styles.items():
             xs = [t for t in deadlines if sub[f"{s} t={t:g}"]["ttt"] is not None]
             ys = [sub[f"{s} t={t:g}"]["ttt"] for t in xs]
-            lab = f"{s} (n={9 if s == 'uncoded' else n}) at deadline"
+            lab = f"{s} ({'9 workers' if s == 'uncoded' else 'n coded workers'}) at the deadline"
             ax.plot(xs, ys, ls, color=col, marker=mk, label=lab)
             got += ys
-        for name, col in ((f"mds n={n} wait=9", "k"), ("uncoded n=9 wait-all", "grey")):
+        for name, col, lab in ((f"mds n={n} wait=9", "k", "mds, wait for 9 of n (exact gradients)"),
+                               ("uncoded n=9 wait-all", "grey", "uncoded, wait for all 9 (exact gradients)")):
             v = sub[name]["ttt"]
             if v is not None:
-                ax.axhline(v, color=col, ls=":", lw=1.5, label=f"{name} (exact gradients)")
+                ax.axhline(v, color=col, ls=":", lw=1.5, label=lab)
                 got.append(v)
         ax.set_xscale("log")
         ax.set_xlim(min(deadlines) / 1.25, max(deadlines) * 1.25)
@@ -100,14 +101,14 @@ def plot(rows: list[dict], out: Path, target: float, deadlines: list[float]) -> 
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xticks(deadlines)
         ax.set_xticklabels([f"{t:g}" for t in deadlines])
-        ax.set(xlabel="deadline minus shift, t (units of 1/lambda)",
-               title=f"shift {shift:g}, {n} coded workers")
+        ax.set(xlabel="deadline minus shift, t (units of 1/λ)",
+               title=f"latency shift {shift:g} + Exp(1), n = {n} coded workers")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel(f"simulated time to {target:.0%} accuracy (units of 1/lambda)")
+    axes[0][0].set_ylabel(f"simulated time to {target:.0%} (units of 1/λ)")
     h, lab = axes[0][0].get_legend_handles_labels()
     fig.legend(h, lab, loc="lower center", ncol=3, fontsize=9, frameon=False)
-    fig.suptitle(f"{TASK}, coded back-propagation: time to {target:.0%} (mean over seeds; "
-                 "missing point = not reached)", fontsize=11)
+    fig.suptitle(f"{TASK}, coded back-propagation: simulated time to {target:.0%} test accuracy "
+                 "(lower is better; mean over seeds; no point = not reached)", fontsize=11)
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     f = out / "uep_regime.png"
     fig.savefig(f, dpi=110)
