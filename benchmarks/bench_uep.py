@@ -7,18 +7,22 @@ Data flow::
 
     for seed in seeds, for run in RUNS (scheme, workers, deadline / wait_for):
         train_coded("mnist5k-mlp", StragglerConfig(...)) -- every dense layer's backward
-        products (delta W, delta^T X) through coded_matmul, rxc 3x3 = 9 blocks, classes
-        (1, 2, 6), Gamma = (0.45, 0.35, 0.20), latencies Exp(1) --> evals (step, sim time, acc)
+        products (delta W, delta^T X) through coded_matmul, the sorted partition (rows of the
+        left factor and columns of the right one by mean|.|, descending) split rxc 3x3 = 9
+        blocks, classes (1, 2, 6), Gamma = (0.45, 0.35, 0.20), latencies Exp(1) --> evals
+        (step, sim time, acc); the UEP schemes at T = 0.5 also with the contiguous partition
     --> uep_train.csv (one row per run and seed), uep_train.json (all, with the curves),
         uep_train_runs/<run>.csv (per-step CSV of seed 0), uep_train_T*.png (per deadline:
         loss and accuracy vs step, accuracy vs simulated time; mean over seeds)
     analysis (co3cli.simulate.uep): decode_probability for now/ew-UEP (Gamma (0.40, 0.35,
         0.25), classes 3,3,3, 30 workers) + monte_carlo check --> uep_decode.png;
         error_vs_time of every scheme of the training setting with the block energies of a
-        real backward product + monte_carlo check --> uep_error.png
+        real backward product (sorted partition; the contiguous one's class shares next to
+        it) + monte_carlo check --> uep_error.png
     --> uep_train.md (tables, analysis, verdict)
 
-Setting (the authors' training setting): K = 9 blocks (rxc 3x3), class sizes (1, 2, 6),
+Setting (the authors' training setting): K = 9 blocks (rxc 3x3 of the sorted partition, as
+in the authors' coded back-propagation), class sizes (1, 2, 6),
 Gamma = (0.45, 0.35, 0.20); workers: uncoded 9, repetition 18 (r = 2), mds / eep / now-uep /
 ew-uep 15; worker times i.i.d. Exp(lambda = 1); deadlines T = 0.5 and 1.0 (units of 1/lambda).
 Baselines with exact gradients: ``uncoded n=9 wait-all`` (wait for all 9 workers: the
@@ -72,6 +76,10 @@ def runs() -> list[tuple[str, StragglerConfig | None]]:
         for s in SCHEMES:
             out.append((f"{s} T={T:g}", StragglerConfig(s, workers=WORKERS[s], windows=GAMMA,
                                                          class_sizes=CLASSES, deadline=T)))
+    for s in ("now-uep", "ew-uep"):  # the old contiguous partition, for comparison
+        out.append((f"{s} T=0.5 contiguous", StragglerConfig(
+            s, workers=WORKERS[s], windows=GAMMA, class_sizes=CLASSES, deadline=0.5,
+            partition="contiguous")))
     return out
 
 
@@ -234,6 +242,7 @@ def analysis(out: Path, trials: int) -> dict:
     A, B = acts["y"].grad.T.double().numpy(), acts["x"].double().numpy()
     part = partition(A, B, mode="rxc", blocks=(3, 3))
     energies = part.energies()
+    e_cont = partition(A, B, mode="rxc", blocks=(3, 3), partition="contiguous").energies()
     times = np.linspace(0.02, 4.0, 100)
     mc_t = [0.5, 1.0, 2.0]
     codes = {s: StragglerConfig(s, workers=WORKERS[s], windows=GAMMA, class_sizes=CLASSES).code()
@@ -246,6 +255,8 @@ def analysis(out: Path, trials: int) -> dict:
             for s, c in codes.items()}
     res["error"] = {"product": "fc2 grad_W (delta^T X) at init, batch 64",
                     "class_energy_share": (np.add.reduceat(energies, [0, 1, 3]) / energies.sum()).tolist(),
+                    "class_energy_share_contiguous": (np.add.reduceat(e_cont, [0, 1, 3]) / e_cont.sum()).tolist(),
+                    "exact_contiguous": {s: error_vs_time(c, e_cont, mc_t).tolist() for s, c in codes.items()},
                     "times": mc_t, "exact": err_at,
                     "mc_mean": {s: m.error_mean.tolist() for s, m in mc2.items()},
                     "mc_sem": {s: m.error_sem.tolist() for s, m in mc2.items()},
@@ -281,8 +292,12 @@ def write_md(out: Path, rows: list[dict], an: dict, meta: dict, figs: list[str])
              "table entries are means over the seeds.")
     L.append("- Every dense layer's two backward products (grad_input = delta W, grad_W = "
              "delta^T X; fc1's grad_input is not needed and not computed) go through "
-             "`coded_matmul`: rxc 3x3 = 9 blocks sorted by Frobenius importance into classes of "
-             "1, 2 and 6 blocks, Gamma = (0.45, 0.35, 0.20); workers: uncoded 9, repetition 18 "
+             "`coded_matmul` with the authors' sorted partition: the rows of the left factor "
+             "and the columns of the right one ordered by mean|.| (descending), split uniformly "
+             "into rxc 3x3 = 9 blocks (the top-left block = largest rows x largest columns; "
+             "the product is un-permuted afterwards), ranked by Frobenius importance into "
+             "classes of 1, 2 and 6 blocks (`... contiguous` rows: blocks in the original "
+             "order, as before this change), Gamma = (0.45, 0.35, 0.20); workers: uncoded 9, repetition 18 "
              "(r = 2), mds/eep/now-uep/ew-uep 15; worker times i.i.d. Exp(lambda = 1). Lost "
              "blocks are zero in the gradient. Forward and bias gradients are exact. 5 coded "
              "products per step.")
@@ -368,8 +383,13 @@ def write_md(out: Path, rows: list[dict], an: dict, meta: dict, figs: list[str])
     e = an["error"]
     L.append("## Analysis: error vs deadline, training setting (K = 9, classes 1, 2, 6)\n")
     L.append(f"Expected normalised error E||C - C_hat||^2/||C||^2 from `error_vs_time` with the "
-             f"block energies of a real product ({e['product']}; energy share of the classes "
-             + " / ".join(f"{v:.2f}" for v in e["class_energy_share"])
+             f"block energies of a real product ({e['product']}, sorted partition; energy "
+             "share of the classes " + " / ".join(f"{v:.2f}" for v in e["class_energy_share"])
+             + ", against " + " / ".join(f"{v:.2f}" for v in e["class_energy_share_contiguous"])
+             + " with contiguous blocks; exact error of the contiguous split at t = "
+             + ", ".join(f"{t:g}" for t in e["times"]) + ": now-uep "
+             + " / ".join(f"{v:.3f}" for v in e["exact_contiguous"]["now-uep"]) + ", ew-uep "
+             + " / ".join(f"{v:.3f}" for v in e["exact_contiguous"]["ew-uep"])
              + f"), Monte Carlo mean ± s.e.m. on the same product ({d['trials']} trials), and the exact "
              "P(class decoded by T) from `decode_probability_vs_time` (compare with the "
              "'classes decoded' column measured in training).\n")
@@ -395,14 +415,29 @@ the 6-block class (now-uep: window 3 alone holds class 3; ew-uep: class 3 needs 
 from window 3, the only one that contains it). So even when all 15 workers return, class 3 is
 decoded with probability {p_all_now:.3f} (now-uep) / {p_all_ew:.3f} (ew-uep), and by T = 0.5 or
 1.0 essentially never: every UEP gradient product keeps only its 3 most important of 9 blocks.
-The rxc importance is an outer product of row- and column-part norms, so the 6 "least
-important" blocks still carry a large share of the energy ({share3:.2f} of a real fc2 grad_W
-product at initialisation), and the UEP error has a floor of about {floor:.2f} (error-vs-time
-table, t = 2) that no deadline removes. MDS/EEP decode all or nothing (>= 9 of 15 results by
-T: probability 0.09 at T = 0.5, 0.71 at T = 1.0), uncoded and repetition lose blocks
-independently, and repetition uses 18 workers against 15."""
+With the authors' sorted partition those are the largest rows x largest columns: on a real fc2
+grad_W product at initialisation the 6-block class holds {share3:.2f} of the energy (contiguous
+blocks: {share3c:.2f}) and the exact expected lost energy at T = 1 is {err1_ew:.3f} for ew-uep
+(contiguous: {err1_ewc:.3f}; uncoded {err1_unc:.3f}, repetition {err1_rep:.3f}, mds/eep
+{err1_mds:.3f}). grad_input = delta W gains less, early in training above all
+(`uep_split.md`: its rows are the batch's samples, alike at initialisation, and its columns
+W's, nearly flat), and the losses compound down the layers (each layer's coded grad_input is
+the delta of the next coded product), so UEP at T = 0.5 still needs {steps_ratio:.1f}x the
+exact run's steps to reach the target (the contiguous partition: {steps_ratio_c:.1f}x). It pays
+T per product; waiting for the first 9 of 15 mds results costs 0.87 on average and gives the
+exact gradient; MDS/EEP at a deadline decode all or nothing (>= 9 of 15 results by T:
+probability 0.09 at T = 0.5, 0.71 at T = 1.0); uncoded and repetition lose blocks
+independently, and repetition uses 18 workers against 15. `uep_regime.md` varies the deadline,
+the shift of the latencies and the number of workers."""
 
 
+
+
+def steps_ratio(rows: list[dict], name: str) -> float:
+    """Mean step to target of run ``name`` over the exact run's (nan if either never gets there)."""
+    by = {r["name"]: r for r in rows}
+    a, b = ([v for v in by[k]["stt"] if v is not None] for k in (name, "exact (autograd)"))
+    return float(np.mean(a) / np.mean(b)) if a and b else math.nan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -432,7 +467,14 @@ def main(argv: list[str] | None = None) -> int:
                 eval_every=a.eval_every, lr=0.1, batch=64, exact_step_to_target=fmt_mean(ex["stt"], "{:.0f}"),
                 bench_s=time.perf_counter() - t0, discussion=DISCUSSION,
                 numbers=dict(share3=an["error"]["class_energy_share"][2],
-                             floor=min(an["error"]["exact"][s][2] for s in ("now-uep", "ew-uep")),
+                             share3c=an["error"]["class_energy_share_contiguous"][2],
+                             err1_ew=an["error"]["exact"]["ew-uep"][1],
+                             err1_ewc=an["error"]["exact_contiguous"]["ew-uep"][1],
+                             err1_unc=an["error"]["exact"]["uncoded"][1],
+                             err1_rep=an["error"]["exact"]["repetition"][1],
+                             err1_mds=an["error"]["exact"]["mds"][1],
+                             steps_ratio=steps_ratio(rows, "ew-uep T=0.5"),
+                             steps_ratio_c=steps_ratio(rows, "ew-uep T=0.5 contiguous"),
                              **{f"p_all_{s.split('-')[0]}": float(decode_probability(StragglerConfig(
                                  s, workers=15, windows=GAMMA, class_sizes=CLASSES).code(), 15)[2])
                                 for s in ("now-uep", "ew-uep")}))

@@ -2,8 +2,10 @@
 
     python benchmarks/bench_uep_cnn.py [--steps 400] [--seed 0]
 
-Same straggler setting as ``bench_uep.py`` (rxc 3x3 blocks, classes of 1, 2, 6 blocks,
-Gamma = (0.45, 0.35, 0.20), Exp(1) latencies): every ``nn.Linear`` of the CNN (fc1: 64 x 256,
+Same straggler setting as ``bench_uep.py`` (the authors' sorted partition: rows and columns
+ordered by mean|.| before the uniform rxc 3x3 split; classes of 1, 2, 6 blocks, Gamma =
+(0.45, 0.35, 0.20), Exp(1) latencies; the UEP schemes at T = 1 also with the old contiguous
+partition, for comparison): every ``nn.Linear`` of the CNN (fc1: 64 x 256,
 fc2: 10 x 64; the convolutions stay exact) has its backward products coded, and the conv
 layers receive the coded grad_input. One seed, batch 64, SGD lr 0.1. Writes
 ``benchmarks/results/uep_train_cnn.md``.
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's co3cli
 
 RUNS = [  # label, scheme (None: exact autograd), extra StragglerConfig fields
     ("exact (autograd)", None, {}),
@@ -30,6 +33,8 @@ RUNS = [  # label, scheme (None: exact autograd), extra StragglerConfig fields
     ("now-uep T=1", "now-uep", {"workers": 15, "deadline": 1.0}),
     ("ew-uep T=1", "ew-uep", {"workers": 15, "deadline": 1.0}),
     ("ew-uep T=0.5", "ew-uep", {"workers": 15, "deadline": 0.5}),
+    ("now-uep T=1 contiguous", "now-uep", {"workers": 15, "deadline": 1.0, "partition": "contiguous"}),
+    ("ew-uep T=1 contiguous", "ew-uep", {"workers": 15, "deadline": 1.0, "partition": "contiguous"}),
 ]
 
 
@@ -61,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{_dt.date.today().isoformat()}, {platform.machine()} ({os.cpu_count()} cores), "
         f"Python {platform.python_version()}, torch {torch.__version__}, co3cli {__version__}, "
         f"one torch thread; {time.time() - t0:.0f} s.", "",
-        "Straggler setting as in `uep_train.md`: rxc 3x3 blocks, classes of 1, 2, 6 blocks, "
+        "Straggler setting as in `uep_train.md`: the sorted partition (rows and columns by "
+        "mean|.|, then rxc 3x3 blocks; `contiguous` rows: the original order), classes of 1, 2, 6 blocks, "
         "Gamma = (0.45, 0.35, 0.20), Exp(1) worker times; uncoded 9, repetition 18, mds/UEP 15 "
         "workers. Both dense layers' backward products are coded (4 coded products per step: "
         "fc1 grad_W and grad_input, which the convolutions then receive, fc2 grad_W and "

@@ -44,14 +44,17 @@ def in_band(count, trials, p, conf=0.999):
     ("cxr", ((6, 13), (13, 5)), 9),         # 13 inner columns in 9 parts: padded
 ])
 @pytest.mark.parametrize("stop", ["inf", "all"])
-def test_no_stragglers_returns_exact_product(mode, shapes, blocks, stop):
+@pytest.mark.parametrize("kind", ["sorted", "contiguous"])
+def test_no_stragglers_returns_exact_product(mode, shapes, blocks, stop, kind):
     rng = np.random.default_rng(5)
-    A, B = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    # scattered row/column scales, so that the sorted partition really permutes
+    A = rng.standard_normal(shapes[0]) * rng.uniform(0.1, 5, (shapes[0][0], 1))
+    B = rng.standard_normal(shapes[1]) * rng.uniform(0.1, 5, (1, shapes[1][1]))
     C = A @ B
     for code in all_codes():
         kw = {"deadline": math.inf} if stop == "inf" else {"wait_for": code.n_workers}
         C_hat, info = uep.coded_matmul(A, B, code, mode=mode, blocks=blocks, rng=11, exact=True,
-                                       **kw)
+                                       partition=kind, **kw)
         assert C_hat.shape == C.shape
         assert info["arrived"] == code.n_workers
         assert info["recovered"].all(), code.id
@@ -65,7 +68,8 @@ def test_torch_input_and_seeded_runs():
     rng = np.random.default_rng(0)
     A, B = rng.standard_normal((9, 6)), rng.standard_normal((6, 9))
     code = uep.get_code("ew-uep", class_sizes=KS, workers=15, windows=GAMMA)
-    kw = dict(mode="rxc", blocks=(3, 3), deadline=0.6, latency=uep.Latency(1.0))
+    kw = dict(mode="rxc", blocks=(3, 3), deadline=0.6, latency=uep.Latency(1.0),
+              partition="contiguous")  # block (i, j) = C's rows 3i.., columns 3j..
     C1, i1 = uep.coded_matmul(torch.tensor(A, requires_grad=True), torch.tensor(B), code, rng=3,
                               **kw)
     C2, i2 = uep.coded_matmul(A, B, code, rng=np.random.default_rng(3), **kw)
@@ -157,9 +161,10 @@ def test_exact_formulas_by_hand():
     np.testing.assert_allclose(p[N], want, rtol=1e-12)
 
 
-def test_error_vs_time_matches_mc():
+@pytest.mark.parametrize("kind,scale", [("contiguous", np.repeat), ("sorted", np.tile)])
+def test_error_vs_time_matches_mc(kind, scale):
     rng = np.random.default_rng(3)
-    A = rng.standard_normal((9, 5)) * np.repeat([4.0, 2.0, 1.0], 3)[:, None]
+    A = rng.standard_normal((9, 5)) * scale([4.0, 2.0, 1.0], 3)[:, None]  # tile: scattered rows
     B = rng.standard_normal((5, 6))
     lat = uep.Latency(rate=1.0, shift=0.1)
     times = [0.3, 0.7, 1.5]
@@ -167,7 +172,7 @@ def test_error_vs_time_matches_mc():
     for code in (uep.get_code("ew-uep", class_sizes=KS, workers=15, windows=GAMMA),
                  uep.get_code("repetition", class_sizes=KS, r=2)):
         mc = uep.monte_carlo(code, times=times, trials=trials, rng=np.random.default_rng(9),
-                             A=A, B=B, mode="rxc", blocks=(3, 3), latency=lat)
+                             A=A, B=B, mode="rxc", blocks=(3, 3), latency=lat, partition=kind)
         exact = uep.error_vs_time(code, mc.energies, times, lat)
         tol = 4 * mc.error_sem + 1e-3
         assert np.all(np.abs(mc.error_mean - exact) <= tol), (code.id, mc.error_mean, exact)
@@ -245,12 +250,76 @@ def test_importance_puts_largest_blocks_in_class_0(importance, mode):
         want = [size(A[:, p:p + 1]) * size(B[p:p + 1]) for p in range(9)]
         blocks = 9
     want = np.array(want)
-    part = uep.partition(A, B, mode=mode, blocks=blocks, importance=importance)
+    kw = dict(mode=mode, blocks=blocks, importance=importance, partition="contiguous")
+    part = uep.partition(A, B, **kw)
     np.testing.assert_allclose(part.scores, np.sort(want)[::-1])
     assert set(part.order[:3].tolist()) == set(np.argsort(-want)[:3].tolist())
     code = uep.get_code("uncoded", class_sizes=KS)
-    _, info = uep.coded_matmul(A, B, code, mode=mode, blocks=blocks, importance=importance, rng=0)
+    _, info = uep.coded_matmul(A, B, code, rng=0, **kw)
     assert int(info["order"][0]) == int(np.argmax(want)) and info["block_class"][0] == 0
+
+
+# ----------------------------------------------------------------------------- sorted partition
+
+
+def _interleaved(n=9, big=10.0):
+    """Scales 10 on every third index (0, 3, 6, ...), 1 elsewhere: large rows scattered."""
+    s = np.ones(n)
+    s[::3] = big
+    return s
+
+
+@pytest.mark.parametrize("sort_by", ["mean-abs", "l2"])
+def test_sorted_partition_puts_largest_rows_x_columns_in_class_0(sort_by):
+    rng = np.random.default_rng(4)
+    A = rng.uniform(0.5, 1.5, (9, 6)) * _interleaved()[:, None]
+    B = rng.uniform(0.5, 1.5, (6, 9)) * _interleaved()[None, :]
+    shares = {}
+    for kind in ("sorted", "contiguous"):
+        part = uep.partition(A, B, mode="rxc", blocks=(3, 3), partition=kind, sort_by=sort_by)
+        e = part.energies()
+        shares[kind] = e[0] / e.sum()
+        np.testing.assert_allclose(part.assemble(part.products), A @ B, rtol=1e-13, atol=1e-12)
+    rows, cols = uep.partition(A, B, mode="rxc", blocks=(3, 3), sort_by=sort_by).block_rows_cols(0)
+    assert set(rows.tolist()) == {0, 3, 6} and set(cols.tolist()) == {0, 3, 6}
+    # contiguous: every block holds one large row x one large column, all blocks alike
+    assert shares["sorted"] > 0.9 and shares["contiguous"] < 0.2
+    # cxr: the inner index (A's column j with B's row j) sorted by the product of the means
+    A2 = rng.uniform(0.5, 1.5, (5, 9)) * _interleaved()[None, :]
+    B2 = rng.uniform(0.5, 1.5, (9, 4)) * _interleaved()[:, None]
+    cx = {kind: uep.partition(A2, B2, mode="cxr", blocks=3, partition=kind, sort_by=sort_by)
+          for kind in ("sorted", "contiguous")}
+    assert set(cx["sorted"].inner_perm[:3].tolist()) == {0, 3, 6}
+    sh = {k: p.energies()[0] / p.energies().sum() for k, p in cx.items()}
+    assert sh["sorted"] > 0.99 and sh["contiguous"] < 0.6
+    for p in cx.values():
+        np.testing.assert_allclose(p.assemble(p.products), A2 @ B2, rtol=1e-13, atol=1e-12)
+
+
+@pytest.mark.parametrize("shapes", [((9, 5), (5, 9)), ((10, 7), (7, 8))])
+def test_sorted_lost_blocks_land_on_their_rows_and_columns(shapes):
+    rng = np.random.default_rng(6)
+    A = rng.standard_normal(shapes[0]) * rng.permutation(np.geomspace(0.1, 10, shapes[0][0]))[:, None]
+    B = rng.standard_normal(shapes[1]) * rng.permutation(np.geomspace(0.1, 10, shapes[1][1]))[None, :]
+    C = A @ B
+    code = uep.get_code("ew-uep", class_sizes=KS, workers=15, windows=GAMMA)
+    for seed in range(40):
+        C_hat, info = uep.coded_matmul(A, B, code, blocks=(3, 3), deadline=0.6, rng=seed)
+        if info["recovered"].any() and not info["recovered"].all():
+            break
+    else:
+        pytest.fail("no partial decode in 40 seeds")
+    part = info["partition"]
+    assert part.kind == "sorted" and part.row_perm is not None
+    covered = np.zeros(C.shape, int)
+    for q, ok in enumerate(info["block_recovered"]):
+        r, c = part.block_rows_cols(q)
+        covered[np.ix_(r, c)] += 1
+        np.testing.assert_allclose(C_hat[np.ix_(r, c)], C[np.ix_(r, c)] if ok else 0.0, atol=1e-9)
+    assert np.all(covered == 1)  # the blocks tile C exactly once
+    # class 0 (recovered) covers the largest rows x largest columns
+    r0, c0 = part.block_rows_cols(0)
+    assert set(r0.tolist()) == set(np.argsort(-np.abs(A).mean(1))[:len(r0)].tolist())
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -289,6 +358,9 @@ BAD = [
     ("wait_for", lambda: _mm(wait_for=10), "wait_for"),
     ("mode", lambda: _mm(mode="rxr"), "mode"),
     ("importance", lambda: _mm(importance="max"), "importance"),
+    ("partition", lambda: _mm(partition="random"),
+     "partition must be one of sorted, contiguous, got 'random'"),
+    ("sort_by", lambda: _mm(sort_by="max"), "sort_by must be one of mean-abs, l2, got 'max'"),
     ("blocks", lambda: _mm(blocks=3), "blocks"),
     ("N range", lambda: uep.decode_probability(uep.get_code("uncoded", class_sizes=KS), 10), "N"),
     ("energies", lambda: uep.error_vs_time(uep.get_code("uncoded", class_sizes=KS), [1, 2], [1.0]),

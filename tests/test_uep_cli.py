@@ -89,6 +89,18 @@ def test_uep_train_cli_and_fl_straggler_options(tmp_path, capsys):
     res = json.loads(o)
     assert res["steps"] == 6 and res["total_straggler_time"] == pytest.approx(6 * 3 * 1.0)
     assert out.read_text().startswith("step,train_loss,test_accuracy")
+    assert json.loads((tmp_path / "ew.csv.json").read_text())["straggler"]["partition"] == "sorted"
+    code, o, e = run_cli("simulate", "uep", "train", "--task", "digits-mlp", "--scheme", "mds",
+                         "--workers", "15", "--wait-for", "9", "--partition", "contiguous",
+                         "--steps", "2", "--json", "-o", tmp_path / "c.csv", capsys=capsys)
+    assert code == 0, e
+    assert json.loads(o)["config"]["straggler"]["partition"] == "contiguous"
+    for opt, bad in (("--partition", "random"), ("--sort-by", "max")):
+        for scheme in ("ew-uep", "exact"):
+            code, o, e = run_cli("simulate", "uep", "train", "--scheme", scheme, "--workers", "15",
+                                 opt, bad, "-o", tmp_path / "p.csv", capsys=capsys)
+            assert code == 1 and f"got '{bad}'" in e and e.count("\n") == 1 and "Traceback" not in e
+            assert not (tmp_path / "p.csv").exists()
     code, o, e = run_cli("simulate", "uep", "train", "--scheme", "mds", "-o", tmp_path / "m.csv",
                          capsys=capsys)
     assert code == 1 and "workers" in e and not (tmp_path / "m.csv").exists()

@@ -52,6 +52,8 @@ def _assert_close(exact: dict, coded: dict) -> None:
 
 @pytest.mark.parametrize("scheme,params", [
     ("uncoded", {}), ("repetition", {}), ("mds", {"workers": 15}), ("eep", {"workers": 15}),
+    ("mds", {"workers": 15, "partition": "contiguous"}),
+    ("uncoded", {"sort_by": "l2"}), ("mds", {"workers": 15, "mode": "cxr", "blocks": 9}),
 ])
 def test_exact_gradients_mlp_without_stragglers(scheme, params):
     x, y = _batch("digits-mlp", 32)
@@ -207,6 +209,8 @@ def test_train_exact_baseline_matches_uncoded_wait_all():
     (dict(scheme="uncoded", mode="cxr", blocks=(3, 3)), "integer P"),
     (dict(scheme="uncoded", mode="zz"), "mode must be one of"),
     (dict(scheme="uncoded", importance="zz"), "importance must be one of"),
+    (dict(scheme="uncoded", partition="zz"), "partition must be one of sorted, contiguous, got 'zz'"),
+    (dict(scheme="uncoded", sort_by="zz"), "sort_by must be one of mean-abs, l2, got 'zz'"),
     (dict(scheme="uncoded", deadline=0), "deadline=0 must be"),
     (dict(scheme="uncoded", deadline=float("nan")), "deadline=nan must be"),
     (dict(scheme="uncoded", deadline="x"), "deadline='x' must be a number"),
@@ -248,3 +252,19 @@ def test_config_to_dict_and_label():
     assert d["scheme"] == "repetition" and d["n_workers"] == 18 and d["class_sizes"] == [1, 2, 6]
     assert cfg.label() == "repetition n=18 T=0.5"
     assert StragglerConfig("mds", workers=15, wait_for=9).label() == "mds n=15 wait=9"
+    assert d["partition"] == "sorted" and d["sort_by"] == "mean-abs"
+    c2 = StragglerConfig("ew-uep", workers=15, deadline=1.0, partition="contiguous")
+    assert c2.to_dict()["partition"] == "contiguous" and c2.label() == "ew-uep n=15 T=1 contiguous"
+    assert StragglerConfig("uncoded", sort_by="l2").label() == "uncoded n=9 wait-all sort=l2"
+
+
+def test_sorted_partition_changes_the_coded_gradient_not_exactness():
+    """With a deadline, the sorted and the contiguous partitions lose different parts of the
+    gradient (the class-0 block differs), and the sorted one keeps more of its energy."""
+    x, y = _batch("digits-mlp", 32)
+    errs = {}
+    for kind in ("sorted", "contiguous"):
+        cfg = StragglerConfig("ew-uep", deadline=0.8, partition=kind, seed=1, **UEP)
+        _, _, st = _coded_grads("digits-mlp", cfg, x, y, exact_error=True)
+        errs[kind] = st["rel_error"]
+    assert errs["sorted"] < errs["contiguous"]

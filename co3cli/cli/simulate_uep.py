@@ -149,6 +149,12 @@ def uep_train_cli(
     wait_for: Optional[int] = typer.Option(None, "--wait-for"),
     rate: float = typer.Option(1.0, "--rate"),
     shift: float = typer.Option(0.0, "--shift"),
+    partition: str = typer.Option("sorted", "--partition", help="sorted (the authors': rows "
+                                  "and columns ordered by --sort-by, descending, before the "
+                                  "uniform 3x3 split; the product is un-permuted after) or "
+                                  "contiguous (blocks in the original order)."),
+    sort_by: str = typer.Option("mean-abs", "--sort-by", help="Statistic the sorted partition "
+                                "orders rows/columns by: mean-abs (mean |.|) or l2."),
     steps: int = typer.Option(300, "--steps"),
     batch_size: int = typer.Option(64, "--batch-size"),
     lr: float = typer.Option(0.1, "--lr"),
@@ -174,7 +180,8 @@ def uep_train_cli(
     torch_one_thread()
     cfg = ur.straggler_setting(scheme, workers=workers, windows=windows, classes=classes,
                                repetition=repetition, rate=rate, shift=shift, deadline=deadline,
-                               wait_for=wait_for, seed=seed)
+                               wait_for=wait_for, seed=seed, partition=partition,
+                               sort_by=sort_by)
     res = ur.train_to_files(task, cfg, output, steps=steps, batch_size=batch_size, lr=lr,
                             seed=seed, eval_every=eval_every, target=target, progress=not quiet)
     if json_out:

@@ -15,13 +15,14 @@ Monte Carlo (``monte_carlo``) measures.
 Data flow (``coded_matmul``)::
 
     A (m x k), B (k x p)
-      |-- matmul.partition --> K importance-sorted block products A_b B_b, in classes
+      |-- matmul.partition --> rows/columns sorted by mean|.| (the authors' construction;
+      |     or contiguous), uniform split, K importance-ranked block products A_b B_b, in classes
       |-- codes: code.generator(rng) --> G (n x K), each worker's window
       |-- worker w computes Y_w = sum_b G[w, b] (A_b B_b)
       |-- latency: T_w i.i.d. shift + Exp(rate); the results in by the deadline (or the
       |     first wait_for)
       |-- codes: code.decode(G[arrived], window[arrived], Y[arrived]) --> recovered blocks
-      `-- matmul: assemble C_hat (lost blocks are zero)
+      `-- matmul: assemble C_hat (lost blocks are zero), un-permuted to the original order
     analysis:   code.analysis(N) x Binomial(n, F(t)) --> P(class decoded by t), error vs t
     montecarlo: many coded runs --> the same figures, measured
     train:      coded back-propagation (every nn.Linear's backward products coded)
@@ -49,11 +50,12 @@ from co3cli.simulate.uep.codes import (
     CODES, EEP, MAX_COMPOSITIONS, MDS, RANK_TOL, Code, EwUEP, NowUEP, RandomLinearCode,
     Repetition, Uncoded, even_class_sizes, get_code, register)
 from co3cli.simulate.uep.latency import Latency
-from co3cli.simulate.uep.matmul import IMPORTANCE, MODES, Partition, coded_matmul, partition
+from co3cli.simulate.uep.matmul import (
+    IMPORTANCE, MODES, PARTITIONS, SORT_BY, Partition, coded_matmul, partition)
 from co3cli.simulate.uep.montecarlo import MonteCarlo, monte_carlo
 
 __all__ = [
-    "CODES", "RANK_TOL", "MODES", "IMPORTANCE", "Code", "RandomLinearCode", "Latency",
+    "CODES", "RANK_TOL", "MODES", "IMPORTANCE", "PARTITIONS", "SORT_BY", "Code", "RandomLinearCode", "Latency",
     "Partition", "MonteCarlo", "register", "get_code", "partition", "coded_matmul",
     "decode_probability", "recovered_fraction", "arrival_pmf", "decode_probability_vs_time",
     "error_vs_time", "block_energy", "class_block_energies", "even_class_sizes", "monte_carlo",

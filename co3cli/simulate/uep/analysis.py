@@ -97,7 +97,7 @@ def error_vs_time(code: Code, block_energies: Any, times: Any,
     e = _block_energies(code, block_energies)
     E_c = np.add.reduceat(e, np.r_[0, np.cumsum(code.class_sizes)[:-1]])
     frac = code.analysis(np.arange(code.n_workers + 1))[1]  # (n+1, L)
-    loss = (1.0 - frac) @ E_c / e.sum()
+    loss = (1.0 - frac) @ E_c / E_c.sum()  # exactly 1 when nothing is recovered
     return arrival_pmf(code, times, latency) @ loss
 
 

@@ -25,7 +25,8 @@ from co3cli.errors import InputError
 from co3cli.simulate.uep.analysis import check_N
 from co3cli.simulate.uep.codes import Code
 from co3cli.simulate.uep.latency import Latency, as_latency, check_deadline
-from co3cli.simulate.uep.matmul import as_rng, check_class_sizes, partition, rel_error, run_once
+from co3cli.simulate.uep.matmul import as_rng, check_class_sizes, rel_error, run_once
+from co3cli.simulate.uep.matmul import partition as _partition
 
 __all__ = ["MonteCarlo", "monte_carlo"]
 
@@ -50,9 +51,11 @@ class MonteCarlo:
 def monte_carlo(code: Code, N: Any = None, times: Any = None, *, trials: int,
                 rng: np.random.Generator | int | None = None, A: Any = None, B: Any = None,
                 mode: str = "rxc", blocks: Any = None, importance: str = "frobenius",
+                partition: str = "sorted", sort_by: str = "mean-abs",
                 latency: Latency | float | None = None) -> MonteCarlo:
     """Run the real encoder/decoder ``trials`` times at each N (wait for the first N) or each
-    time (deadline t). Without A, B: small Gaussian matrices, rxc with blocks (K, 1)."""
+    time (deadline t). Without A, B: small Gaussian matrices, rxc with blocks (K, 1).
+    ``partition`` / ``sort_by``: how A @ B is split (``matmul.partition``)."""
     if (N is None) == (times is None):
         raise InputError("give exactly one of N or times")
     trials = check_int("trials", trials, lo=1, lenient=True)
@@ -65,7 +68,8 @@ def monte_carlo(code: Code, N: Any = None, times: Any = None, *, trials: int,
         raise InputError("give both A and B, or neither")
     if mode == "cxr" and blocks is None:
         blocks = code.K
-    part = partition(A, B, mode=mode, blocks=blocks, importance=importance)
+    part = _partition(A, B, mode=mode, blocks=blocks, importance=importance,
+                      partition=partition, sort_by=sort_by)
     check_class_sizes(code, part.K)
     C = part.assemble(part.products)
     if N is not None:

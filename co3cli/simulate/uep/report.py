@@ -136,8 +136,13 @@ def class_energies(energies: str | None, n_classes: int) -> list[float]:
 
 
 def straggler_setting(scheme: str, *, workers, windows: str, classes: str, repetition: int,
-                      rate: float, shift: float, deadline, wait_for, seed: int):
-    """The ``StragglerConfig`` of ``co3 simulate uep train`` (None for ``exact``: no code)."""
+                      rate: float, shift: float, deadline, wait_for, seed: int,
+                      partition: str = "sorted", sort_by: str = "mean-abs"):
+    """The ``StragglerConfig`` of ``co3 simulate uep train`` (None for ``exact``: no code;
+    ``partition`` / ``sort_by`` are checked either way)."""
+    from co3cli.simulate.uep.matmul import check_partition
+
+    check_partition(partition, sort_by)
     if scheme == "exact":
         return None
     from co3cli.simulate.uep.train import StragglerConfig
@@ -146,7 +151,7 @@ def straggler_setting(scheme: str, *, workers, windows: str, classes: str, repet
                            windows=tuple(parse_floats(windows, "--windows")),
                            class_sizes=tuple(parse_ints(classes, "--classes")), r=repetition,
                            rate=rate, shift=shift, deadline=deadline, wait_for=wait_for,
-                           seed=seed).check()
+                           seed=seed, partition=partition, sort_by=sort_by).check()
 
 
 def _plain(o):

@@ -10,7 +10,9 @@ Data flow (one SGD step, ``train_coded``)::
             grad_input = coded_matmul(delta,   W)   only if the input needs a gradient
             grad_W     = coded_matmul(delta^T, X)   (X = the layer input, 2-D)
             grad_b     = delta.sum(0)               exact (no multiplication)
-              each coded product: partition (rxc M x N blocks, importance-sorted classes)
+              each coded product: partition (sorted by default: rows of the left factor and
+              columns of the right one by mean|.|, then rxc M x N blocks, importance-ranked
+              classes; the product is un-permuted afterwards)
               -> n workers with i.i.d. shift + Exp(rate) latencies -> stop at the deadline
               (or after wait_for results; neither: wait for all) -> decode -> blocks of the
               lost classes are zero -> C_hat, cast back to the tensor's dtype/shape
@@ -59,7 +61,7 @@ from co3cli.checks import check_int, check_int_list, check_real
 from co3cli.errors import InputError
 from co3cli.simulate.uep.codes import CODES, Code, get_code
 from co3cli.simulate.uep.latency import Latency, check_deadline
-from co3cli.simulate.uep.matmul import IMPORTANCE, MODES, coded_matmul
+from co3cli.simulate.uep.matmul import IMPORTANCE, MODES, check_partition, coded_matmul
 
 __all__ = ["StragglerConfig", "CodedBackprop", "train_coded", "CSV_COLUMNS"]
 
@@ -82,7 +84,9 @@ class StragglerConfig:
     ``windows``: the window probabilities Gamma (now-uep/ew-uep only); ``class_sizes`` must sum
     to the number of blocks K (rxc: M N, cxr: P); ``rate``/``shift``: the latency
     ``shift + Exp(rate)``; ``deadline``: stop at this time; ``wait_for``: stop after this many
-    results (both: whichever is first; neither: wait for all); ``seed``: the straggler RNG.
+    results (both: whichever is first; neither: wait for all); ``seed``: the straggler RNG;
+    ``partition``: ``sorted`` (the authors' construction: rows/columns -- cxr: the inner index --
+    sorted by ``sort_by`` before the uniform split) or ``contiguous`` (original order).
     """
 
     scheme: str
@@ -93,6 +97,8 @@ class StragglerConfig:
     mode: str = "rxc"
     blocks: Any = (3, 3)
     importance: str = "frobenius"
+    partition: str = "sorted"
+    sort_by: str = "mean-abs"
     rate: float = 1.0
     shift: float = 0.0
     deadline: float | None = None
@@ -109,6 +115,7 @@ class StragglerConfig:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.importance not in IMPORTANCE:
             raise InputError(f"importance must be one of {', '.join(IMPORTANCE)}, got {self.importance!r}")
+        check_partition(self.partition, self.sort_by)
         K = self._K()
         if not isinstance(self.class_sizes, (tuple, list)) or any(
                 isinstance(k, bool) or not isinstance(k, (int, np.integer)) for k in self.class_sizes):
@@ -153,10 +160,13 @@ class StragglerConfig:
         return Latency(rate=self.rate, shift=self.shift)
 
     def label(self) -> str:
-        """Short description, e.g. ``ew-uep n=15 T=0.5``."""
+        """Short description, e.g. ``ew-uep n=15 T=0.5`` (`` contiguous`` / `` sort=l2`` appended
+        when the partition is not the default sorted-by-mean|.|)."""
         stop = (f"T={self.deadline:g}" if self.deadline is not None else "") + (
             f" wait={self.wait_for}" if self.wait_for is not None else "")
-        return f"{self.scheme} n={self.code().n_workers} {stop.strip() or 'wait-all'}"
+        part = (" contiguous" if self.partition == "contiguous" else
+                (f" sort={self.sort_by}" if self.sort_by != "mean-abs" else ""))
+        return f"{self.scheme} n={self.code().n_workers} {stop.strip() or 'wait-all'}{part}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict (tuples as lists) plus the resolved number of workers."""
@@ -281,7 +291,8 @@ class CodedBackprop:
         t0 = time.perf_counter()
         with np.errstate(over="ignore", invalid="ignore"):  # a diverging run: the loss check says so
             C, info = coded_matmul(A, B, self.code, mode=cfg.mode, blocks=cfg.blocks,
-                                   importance=cfg.importance, latency=self._latency,
+                                   importance=cfg.importance, partition=cfg.partition,
+                                   sort_by=cfg.sort_by, latency=self._latency,
                                    deadline=cfg.deadline, wait_for=cfg.wait_for, rng=rng,
                                    exact=self.exact_error)
         self._overhead += time.perf_counter() - t0
