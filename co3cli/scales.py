@@ -129,13 +129,22 @@ def _co3_poly(x: np.ndarray, grid: Grid) -> float | Fallback | None:
         return None
     beta, alpha = fit
     lo, hi = CO3_POLY_BETA
-    if getattr(grid, "id", None) != CO3_POLY_GRID:
+    if not _is_co3_fp4(grid):
         why = f"the polynomial is fitted for {CO3_POLY_GRID}, not {getattr(grid, 'id', grid)}"
     elif not lo <= beta <= hi:
         why = f"fitted beta {beta:.3g} outside the polynomial's range [{lo:g}, {hi:g}]"
     else:
         return co3_poly_scale(beta, alpha)
     return Fallback(gennorm_mse_unit_scale(grid, beta) / alpha, "gennorm-mse", why)
+
+
+def _is_co3_fp4(grid) -> bool:
+    """``grid`` has the paper's fp4 values (``fp4-co3``, whatever its spelling: ``fp2.1-b1``)."""
+    from co3cli.formats import get_grid
+
+    ref = get_grid(CO3_POLY_GRID).magnitudes
+    mags = np.asarray(getattr(grid, "magnitudes", ()), dtype=np.float64)
+    return mags.shape == ref.shape and bool(np.array_equal(mags, ref))
 
 
 def _clip(x: np.ndarray, grid: Grid) -> float | None:

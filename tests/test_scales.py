@@ -49,6 +49,7 @@ def test_co3_poly_off_its_grid_falls_back():
     info = scale_info(x, grid, "co3-poly")
     assert info.fallback and "fp4-co3" in info.reason
     assert info.scale == compute_scale(x, grid, "gennorm-mse")
+    assert not scale_info(x, get_grid("fp2.1-b1"), "co3-poly").fallback  # the same grid
 
 
 def test_scale_info_of_plain_rules_and_zeros():
