@@ -109,3 +109,16 @@ def test_empirical_mse_all_zero_and_constant():
     assert compute_scale(np.zeros(7, np.float32), FP4, "empirical-mse") == 1.0
     x = np.full(9, -0.25, np.float32)  # one magnitude: quantized exactly
     assert qmse(x, FP4, compute_scale(x, FP4, "empirical-mse")) == 0.0
+
+
+def test_co3_poly_never_sends_only_zeros():
+    """A log-uniform scale mixture (like an error-fed upload): the GenNorm fit degenerates
+    (beta ~ 0.06, alpha ~ 1e-24) and its optimum would round every entry to 0."""
+    rng = np.random.default_rng(0)
+    x = (rng.laplace(size=5000) * 10.0 ** rng.uniform(-6, 0, 5000)).astype(np.float32)
+    gn = compute_scale(x, FP4, "gennorm-mse")
+    assert not np.any(dequantize(quantize(x, FP4, gn), FP4, gn))  # the model's optimum: nothing
+    info = scale_info(x, FP4, "co3-poly")
+    assert info.fallback and info.used == "empirical-mse" and "only zeros" in info.reason
+    assert info.scale == compute_scale(x, FP4, "empirical-mse")
+    assert qmse(x, FP4, info.scale) < 0.5 * float(np.mean(x.astype(np.float64) ** 2))
