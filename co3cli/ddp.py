@@ -201,7 +201,9 @@ class CO3State:
     def stats(self) -> dict[str, Any]:
         """Counters of this rank: steps, bytes sent (last step, total; payloads + 8-byte
         lengths, and the padded size the all-gather moves), bits/entry and entropy bits/entry
-        (last step and mean), seconds in host copies/compress/exchange/decode, bucket resets."""
+        (last step and mean), seconds in host copies/compress/exchange/decode, bucket resets,
+        ``scale_fallbacks`` (refits whose scale rule fell back, e.g. co3-poly outside its beta
+        range: :class:`co3cli.scales.ScaleResult`)."""
         s = dict(self._stats)
         n = s["entries_total"]
         s["bits_per_entry_mean"] = 8.0 * s["bytes_total"] / n if n else 0.0
@@ -275,7 +277,7 @@ def _empty_stats() -> dict[str, Any]:
                          "bytes_total": 0, "padded_bytes_total": 0, "entries_per_step": 0,
                          "entries_total": 0, "entropy_bits_total": 0.0, "bits_per_entry_last": 0.0,
                          "entropy_bits_per_entry_last": 0.0, "resets": 0,
-                         "nonfinite_buckets": 0}
+                         "nonfinite_buckets": 0, "scale_fallbacks": 0}
     for name in ("t_host", "t_compress", "t_exchange", "t_decode"):
         s[name + "_last"] = 0.0
         s[name + "_total"] = 0.0
@@ -350,6 +352,7 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
         own[lo:hi] = packet.v_hat
         parts.append(packet.payload)
         entropy += packet.entropy_bits or 0.0
+        state._stats["scale_fallbacks"] += packet.scale_fallbacks
     payload = uvarints_to_bytes([len(b) for b in parts]) + b"".join(parts)
     t2 = time.perf_counter()
     if state.exchange == "tensor":

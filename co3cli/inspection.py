@@ -3,7 +3,8 @@
 ::
 
     grads.co3 --inspect_co3------> Co3Info (every checksum verified, every table parsed; per
-                                   layer: shape, bytes, payload, table bytes, model, scales)
+                                   layer: shape, bytes, payload, table bytes, model, scales,
+                                   scale_fallbacks)
     book.json --codebook_summary--> CodebookInfo (per table: model, beta, p0, bits of the zero
                                    symbol, integer range, entropy of the table's distribution)
     dump.h5 / grads.co3 --report_file--> the bits-per-entry report (``co3cli.report``), and a PNG
@@ -61,6 +62,7 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
             layers.append({"name": lay["name"], "shape": lay["shape"], "numel": lay["numel"],
                            "bytes": block.nbytes, "payload_bytes": block.payload_bytes,
                            "table_bytes": len(block.table), "model": block.meta.get("model"),
+                           "scale_fallbacks": _fallbacks(block.meta),
                            "scales": block.scales.tolist()})
             if decode:
                 for _ in iter_decode_block(block, grid, coder, lay["numel"], lay["shape"]):
@@ -71,6 +73,13 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
                        header_bytes=co3.header_bytes, trailer_bytes=co3.trailer_bytes,
                        header={k: v for k, v in co3.header.items() if k != "layers"},
                        layers=layers)
+
+
+def _fallbacks(meta: dict) -> int | None:
+    """Steps whose scale rule fell back (``co3-poly`` out of range); None: not recorded (a rule
+    that cannot fall back, or a file from before the count)."""
+    n = meta.get("scale_fallbacks")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
 def _parse_table(coder, block, grid):

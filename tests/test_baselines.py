@@ -287,6 +287,62 @@ def test_tinyscript_nearest_level():
     assert np.allclose(err, d.min(axis=1), rtol=0, atol=1e-12)
 
 
+def zero_heavy(n: int, p0: float = 0.45, seed: int = 5) -> np.ndarray:
+    """A ReLU-layer-like gradient: ``p0`` of the entries exactly zero."""
+    rng = np.random.default_rng(seed)
+    v = (rng.laplace(size=n) * 1e-3).astype(np.float32)
+    v[rng.random(n) < p0] = 0
+    v[:3] = [0.0, -0.0, 0.0][:n]
+    return v
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3])
+def test_tinyscript_sends_exact_zeros_as_zero(bits):
+    comp = get_compressor("tinyscript", bits=bits)
+    v = zero_heavy(20000)
+    zero = v == 0
+    pk = roundtrip(comp, v)
+    assert pk.payload[0] in (2, 3)
+    assert np.all(pk.v_hat[zero] == 0) and not np.signbit(pk.v_hat[zero]).any()  # no bias
+    # the zeros add nothing: the MSE is that of the nonzero entries alone, which are quantized
+    # exactly as a zero-free vector with the same levels would be
+    err = (pk.v_hat.astype(np.float64) - v) ** 2
+    assert err[zero].sum() == 0.0
+    nz = roundtrip(comp, v[~zero])
+    assert nz.payload[0] in (0, 1) and np.array_equal(pk.v_hat[~zero], nz.v_hat)
+    # the old coding (zeros as the negative innermost level) has pos[0]^2 more per zero
+    pos0 = float(np.min(np.abs(nz.v_hat)))
+    assert err.mean() < (err.sum() + zero.sum() * pos0 ** 2) / v.size / 1.3
+
+
+@pytest.mark.parametrize("bits,n", [(2, 20000), (8, 20), (1, 9), (3, 1)])
+def test_tinyscript_zero_modes_round_trip(bits, n):
+    comp = get_compressor("tinyscript", bits=bits)
+    v = zero_heavy(n, p0=0.5, seed=n)
+    if n == 1:
+        v[:] = 0
+    pk = roundtrip(comp, v)
+    half = 2 ** (bits - 1)
+    mode3 = 1 + 4 * half + -(-n // 8) + -(-int(np.count_nonzero(v)) * bits // 8)
+    assert pk.payload[0] == 3 if len(pk.payload) == mode3 else pk.payload[0] == 2
+    assert len(pk.payload) <= mode3
+
+
+def test_tinyscript_zero_modes_refuse_bad_payloads():
+    comp = get_compressor("tinyscript", bits=2)
+    pk = comp.compress(zero_heavy(20, p0=0.5), {}, np.random.default_rng(0))
+    p = bytearray(pk.payload)
+    p[0] = 3
+    body = 1 + 4 * 2
+    with pytest.raises(CorruptDataError):  # mode 3 bitmap: padding bits set
+        comp.decompress(bytes(p[:body]) + b"\x00\x00\xff" + bytes(8), 20, {})
+    with pytest.raises(CorruptDataError):
+        comp.decompress(bytes(p[:body]) + b"\x00", 20, {})  # bitmap truncated
+    p[0] = 4
+    with pytest.raises(CorruptDataError, match="mode"):
+        comp.decompress(bytes(p), 20, {})
+
+
 # ---------------------------------------------------------------------------------------
 # Bad parameters
 

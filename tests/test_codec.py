@@ -251,3 +251,26 @@ def test_report_information_bounds(dump_path, tmp_path):
                 else:
                     assert lay["payload_bpe"] <= lay["cross_entropy_bpe"] + 0.01
         assert t["bpe"] > t["payload_bpe"]
+
+
+def test_co3_poly_fallback_recorded_per_layer_and_inspected(tmp_path):
+    from co3cli.inspection import inspect_co3
+
+    src = tmp_path / "poly.h5"
+    rng = np.random.default_rng(0)
+    write_dump(src, {"w": ((rng.laplace(size=(2, 400)) * 1e-3).astype(np.float32), (20, 20)),
+                     "b": (np.tile(np.linspace(-1e-2, 1e-2, 10, dtype=np.float32), (2, 1)), (10,))},
+               steps=np.array([0, 1]))
+    compress(src, tmp_path / "p.co3", format="fp4-co3", scale="co3-poly")
+    layers = {lay["name"]: lay for lay in inspect_co3(tmp_path / "p.co3").layers}
+    assert layers["w"]["scale_fallbacks"] == 0 and layers["b"]["scale_fallbacks"] == 2
+    decompress(tmp_path / "p.co3", tmp_path / "p_dec.h5")
+    check_lossless(src, tmp_path / "p.co3", tmp_path / "p_dec.h5", "fp4-co3", "co3-poly")
+    from co3cli.container import open_co3
+
+    with open(tmp_path / "p.co3", "rb") as f:
+        metas = {b.name: b.meta for b in open_co3(f, "p.co3").layers()}
+    assert metas["b"]["scale_fallback"]["used"] == "gennorm-mse"
+    assert metas["b"]["scale_fallback"]["steps"] == [0, 1]
+    compress(src, tmp_path / "a.co3", format="fp4-co3")  # absmax: nothing recorded
+    assert {lay["scale_fallbacks"] for lay in inspect_co3(tmp_path / "a.co3").layers} == {None}

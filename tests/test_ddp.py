@@ -196,8 +196,23 @@ def _scenario_ctx(rank: int, world: int, out: Path) -> dict[str, Any]:
     return {"params": params, "stats": state.stats()}
 
 
+def _scenario_poly(rank: int, world: int, out: Path) -> dict[str, Any]:
+    """fp4 with the guarded CO3 polynomial: the 3-entry output bias falls back (beta 20)."""
+    model = _model()
+    ddp = _ddp(model)
+    state = CO3State(None, format="fp4-co3", coder="ans", gamma=0.7, refit_every=2,
+                     scale="co3-poly")
+    ddp.register_comm_hook(state, co3_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    params = []
+    for step in range(3):
+        _step(ddp, opt, rank, step)
+        params.append(_flat_params(model))
+    return {"params": params, "stats": state.stats()}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
-    "ctx": _scenario_ctx,
+    "ctx": _scenario_ctx, "poly": _scenario_poly,
     "train": _scenario_train, "ckpt_a": _scenario_ckpt_a, "ckpt_b": _scenario_ckpt_b,
     "nonfinite": _scenario_nonfinite,
 }
@@ -270,6 +285,14 @@ def test_replicas_identical_and_memory_carries_over(tmp_path):
         assert 0 < s["entropy_bits_per_entry_mean"] <= s["bits_per_entry_mean"]
         assert s["bits_per_entry_last"] < 32
         assert r["pickle_same"] and r["pickled_group"] is None
+
+
+def test_stats_count_scale_fallbacks(tmp_path):
+    r0, r1 = _launch(tmp_path, "poly")
+    assert all(np.array_equal(a, b) for a, b in zip(r0["params"], r1["params"]))
+    for r in (r0, r1):
+        # 6 parameters refitted at steps 0 and 2: the small biases fall back, the weights may
+        assert 0 < r["stats"]["scale_fallbacks"] <= 12
 
 
 def test_checkpoint_restore_gives_the_same_next_step(tmp_path):

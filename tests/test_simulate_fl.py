@@ -211,3 +211,32 @@ def test_sweep_and_metrics_edge_cases(tmp_path, capsys):
     code, out, err = run_cli("simulate", "fl", "--engine", "torchrun", "--timeout", "-1", "-o",
                              tmp_path / "t", capsys=capsys)
     assert code == 1 and "--timeout -1.0 must be > 0" in err
+
+
+def test_co3_counts_scale_fallbacks_in_packet_state_metrics_and_summary(tmp_path):
+    comp = get_compressor("co3", format="fp4-co3", scale="co3-poly", refit_every=2)
+    bias = np.linspace(-1e-2, 1e-2, 10).astype(np.float32)  # GenNorm fit: beta 20
+    state = {}
+    pkts = [comp.compress(bias * (i + 1), state, None) for i in range(5)]
+    assert [p.scale_fallbacks for p in pkts] == [1, 0, 1, 0, 1]  # refits only
+    assert state["scale_fallbacks"] == 3 and "beta" in state["scale_fallback_reason"]
+    assert np.abs(pkts[0].v_hat).max() > 0.5 * np.abs(bias).max()  # not saturated to ~0
+    res = run_fl(FLConfig(compressor="co3", compressor_params={"format": "fp4-co3",
+                                                               "scale": "co3-poly"}, **FAST),
+                 tmp_path / "poly")
+    per_round = [int(x["scale_fallbacks"]) for x in rows(tmp_path / "poly")]
+    assert res.scale_fallbacks == sum(per_round) > 0  # the 10-entry output bias at least
+    summary = json.loads((tmp_path / "poly" / "summary.json").read_text())
+    assert summary["scale_fallbacks"] == res.scale_fallbacks
+    res = run_fl(FLConfig(compressor="co3", compressor_params={"format": "fp4-co3"}, **FAST),
+                 tmp_path / "absmax")
+    assert res.scale_fallbacks == 0
+
+
+def test_dist_message_carries_scale_fallbacks():
+    from co3cli.simulate.dist import decode_message, encode_message
+    from co3cli.simulate.fl import ClientMsg
+
+    msg = ClientMsg(2, [b"ab", b"c"], 0.5, 0.1, 0.2, None, scale_fallbacks=7)
+    back = decode_message(encode_message(3, msg), 3, 2, 1, 2)
+    assert back.scale_fallbacks == 7 and back.payloads == msg.payloads

@@ -42,6 +42,9 @@ class Packet:
     payload: bytes
     v_hat: np.ndarray  # float32, what decompress(payload) returns, bit for bit
     entropy_bits: float | None = None  # empirical entropy of the coded symbols, if any
+    # scale computations in this call whose rule handed over to another (co3cli.scales.ScaleResult,
+    # e.g. co3-poly outside its beta range); transports sum it into their metrics
+    scale_fallbacks: int = 0
 
 
 def get_compressor(id: str, **params: Any) -> Compressor:

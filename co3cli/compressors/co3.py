@@ -19,7 +19,9 @@ The sender refits the symbol model (``model``, any of :data:`co3cli.tables.TABLE
 gennorm-zi by default) and the scale rule every ``refit_every`` calls and sends the new table
 once; in between, the scale follows the gradient's magnitude (``scale = s_fit * rms_fit / rms``:
 every scale rule is scale-equivariant) and the table is reused. A symbol the table cannot code
-forces a refit.
+forces a refit. A refit whose scale rule fell back to another (:class:`co3cli.scales.ScaleResult`:
+``co3-poly`` outside its beta range) sets ``Packet.scale_fallbacks`` and counts in the sender
+state's ``"scale_fallbacks"`` (its last reason in ``"scale_fallback_reason"``).
 
 Reference: Z.-J. Chen, E. E. Hernandez, Y.-C. Huang, S. Rini, "Convert, compress, correct: Three
 steps toward communication-efficient DNN training", arXiv:2203.09044; the model-based table from
@@ -66,19 +68,24 @@ class CO3(Compressor):
         except InputError as e:
             raise InputError(f"co3: {e}") from None
 
-    def _refit(self, v: np.ndarray, state: dict, rms: float) -> bytes:
+    def _refit(self, v: np.ndarray, state: dict, rms: float) -> tuple[bytes, int]:
+        """New scale and table in ``state``; the table's bytes and 1 if the scale rule fell back."""
         from co3cli.quantize import quantize
-        from co3cli.scales import compute_scale
+        from co3cli.scales import scale_info
         from co3cli.tables import model_weights
 
-        scale = compute_scale(v, self.grid, self.params["scale"])
+        info = scale_info(v, self.grid, self.params["scale"])
+        scale = info.scale
+        if info.fallback:
+            state["scale_fallbacks"] = state.get("scale_fallbacks", 0) + 1
+            state["scale_fallback_reason"] = info.reason
         _, counts = quantize(v, self.grid, scale, with_counts=True)
         weights, _ = model_weights(v[None, :], np.array([scale], np.float32), counts,
                                    self.grid, self.params["model"])
         table = self.coder.table_from_weights(weights)
         state.update(table=table, scale_fit=float(scale), rms_fit=rms, calls=0)
         state.pop("uncodable", None)  # derived from the table on first use
-        return table.to_bytes()
+        return table.to_bytes(), int(info.fallback)
 
     def compress(self, v, state, rng):
         from co3cli.quantize import dequantize, quantize
@@ -86,13 +93,13 @@ class CO3(Compressor):
 
         v = as_f32_1d(v)
         rms = math.sqrt(float(np.dot(v, v)) / v.size)
-        table_bytes = b""
+        table_bytes, fell_back = b"", 0
         if "table" not in state or state["calls"] >= self.params["refit_every"]:
-            table_bytes = self._refit(v, state, rms)
+            table_bytes, fell_back = self._refit(v, state, rms)
         scale = self._scale(state, rms)
         sym, counts = quantize(v, self.grid, scale, with_counts=True)
         if not table_bytes and np.any(counts[self._uncodable(state)]):
-            table_bytes = self._refit(v, state, rms)  # a symbol the old table cannot code
+            table_bytes, fell_back = self._refit(v, state, rms)  # a symbol the old table cannot code
             scale = self._scale(state, rms)
             sym, counts = quantize(v, self.grid, scale, with_counts=True)
         state["calls"] += 1
@@ -100,7 +107,8 @@ class CO3(Compressor):
         if table_bytes:
             head += uvarints_to_bytes([len(table_bytes)]) + table_bytes
         body = state["table"].encode(sym, cols=state.get("cols"))
-        return Packet(head + body, dequantize(sym, self.grid, scale), entropy_bits(counts))
+        return Packet(head + body, dequantize(sym, self.grid, scale), entropy_bits(counts),
+                      scale_fallbacks=fell_back)
 
     @staticmethod
     def _uncodable(state: dict) -> np.ndarray:

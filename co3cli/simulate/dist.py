@@ -12,6 +12,7 @@ Message (client -> server), little-endian::
 
     b"CO3M" | round u32 | client u32 | nlayers u32 | loss f64 | t_compute f64 | t_compress f64
     | entropy_bits f64 (NaN: none) | straggler_time f64 | recovered f64 | diverged u8
+    | scale_fallbacks u32
     | nlayers x payload length u32 | payloads
     | CRC-32 of everything before, u32
 
@@ -56,7 +57,7 @@ from co3cli.errors import Co3Error, CorruptDataError, InputError
 from co3cli.simulate.ranks import Rank, beat_period, die_with_launcher, gloo_timeout, watch
 
 MAGIC = b"CO3M"
-_HEAD = struct.Struct("<4sIIIddddddB")
+_HEAD = struct.Struct("<4sIIIddddddBI")
 DEFAULT_TIMEOUT = 300.0
 
 
@@ -69,7 +70,7 @@ def encode_message(r: int, msg) -> bytes:
     ent = math.nan if msg.entropy_bits is None else msg.entropy_bits
     head = _HEAD.pack(MAGIC, r, msg.client, len(msg.payloads), msg.loss, msg.t_compute,
                       msg.t_compress, ent, msg.straggler_time, msg.recovered,
-                      1 if msg.diverged else 0)
+                      1 if msg.diverged else 0, msg.scale_fallbacks)
     lens = struct.pack(f"<{len(msg.payloads)}I", *(len(p) for p in msg.payloads))
     body = head + lens + b"".join(msg.payloads)
     return body + struct.pack("<I", zlib.crc32(body))
@@ -85,7 +86,7 @@ def decode_message(data: bytes, r: int, client: int, rank: int, nlayers: int):
     body, (crc,) = data[:-4], struct.unpack("<I", data[-4:])
     if zlib.crc32(body) != crc:
         raise CorruptDataError(f"{where} failed its checksum")
-    magic, rr, cc, n, loss, t_comp, t_cmp, ent, st, rec, div = _HEAD.unpack_from(body, 0)
+    magic, rr, cc, n, loss, t_comp, t_cmp, ent, st, rec, div, fb = _HEAD.unpack_from(body, 0)
     if magic != MAGIC or rr != r or cc != client or (n != nlayers and not div):
         raise CorruptDataError(f"{where} is for round {rr}, client {cc}, {n} layers")
     pos = _HEAD.size
@@ -100,7 +101,7 @@ def decode_message(data: bytes, r: int, client: int, rank: int, nlayers: int):
         payloads.append(bytes(body[pos:pos + k]))
         pos += k
     return ClientMsg(cc, payloads, loss, t_comp, t_cmp, None if math.isnan(ent) else ent,
-                     diverged=bool(div), straggler_time=st, recovered=rec)
+                     diverged=bool(div), straggler_time=st, recovered=rec, scale_fallbacks=fb)
 
 
 def _send_bytes(data: bytes, dst: int) -> None:

@@ -26,7 +26,9 @@ Outputs in the run folder (``run_fl(config, out)``):
 * ``metrics.csv``: one row per finished round, flushed as it is written (an interrupted or
   diverged run keeps a valid file up to its last finished round). Columns: ``METRICS``.
 * ``summary.json``: final and best test accuracy, total uplink bytes, mean bits per entry,
-  rounds done and why the run stopped; written at the end (also after divergence).
+  rounds done and why the run stopped, ``scale_fallbacks`` (uploaded layers whose scale rule
+  handed over to another, e.g. ``co3-poly`` outside its beta range; per round in the
+  ``scale_fallbacks`` column); written at the end (also after divergence).
 * ``model.pt``: the server model's final ``state_dict``.
 * ``transmitted.h5`` (``dump_rounds``): a ``co3.gradients/1`` dump of client ``dump_client``'s
   uploads in those rounds, streams ``raw`` (g), ``corrected`` (v = g + gamma e) and ``decoded``
@@ -55,7 +57,7 @@ METRICS = (
     "rejected_uploads", "uplink_bytes",
     "uplink_bits_per_entry", "cumulative_uplink_bytes", "entropy_bits_per_entry",
     "t_compute", "t_compress", "t_decompress", "t_server", "t_eval",
-    "straggler_time", "straggler_recovered",
+    "straggler_time", "straggler_recovered", "scale_fallbacks",
 )
 
 
@@ -108,6 +110,7 @@ class FLResult:
     stopped: str
     seconds: float
     t_codec_fraction: float  # (compress + decompress) / compute time
+    scale_fallbacks: int = 0  # uploads whose scale rule fell back (co3-poly outside its range)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -162,6 +165,7 @@ class ClientMsg:
     diverged: bool = False
     straggler_time: float = 0.0  # simulated time of its coded backward products (stragglers)
     recovered: float = math.nan  # fraction of their blocks recovered
+    scale_fallbacks: int = 0  # layers whose scale rule fell back this round (Packet.scale_fallbacks)
 
 
 class Simulation:
@@ -235,7 +239,7 @@ class Simulation:
         t_compute = time.perf_counter() - t0
         if not math.isfinite(loss) or not all(np.isfinite(g).all() for g in grads):
             return ClientMsg(c, [], loss, t_compute, 0.0, None, diverged=True)
-        payloads, ent, ent_ok, rows = [], 0.0, True, {}
+        payloads, ent, ent_ok, rows, fallbacks = [], 0.0, True, {}, 0
         t_compress = 0.0
         feedback, dumping = self.feedback[c], c == cfg.dump_client and r in cfg.dump_rounds
         for j, g in enumerate(grads):
@@ -248,6 +252,7 @@ class Simulation:
                 rows.update({f"raw/{n}": g, f"corrected/{n}": v.copy(), f"decoded/{n}": pkt.v_hat})
             feedback.update(j, v, pkt.v_hat)
             payloads.append(pkt.payload)
+            fallbacks += pkt.scale_fallbacks
             if pkt.entropy_bits is None:
                 ent_ok = False
             else:
@@ -255,7 +260,8 @@ class Simulation:
         if rows:
             self.dump_rows = rows
         return ClientMsg(c, payloads, loss, t_compute, t_compress, ent if ent_ok else None,
-                         straggler_time=straggler_time, recovered=recovered)
+                         straggler_time=straggler_time, recovered=recovered,
+                         scale_fallbacks=fallbacks)
 
     def server_round(self, r: int, lr: float, who, msgs: list[ClientMsg]) -> dict[str, Any]:
         """Decode, average and apply one round's uploads; the metrics row (no eval yet)."""
@@ -297,6 +303,7 @@ class Simulation:
             "t_server": t_server, "t_eval": 0.0,
             # clients work in parallel: the round waits for the slowest client's products
             "straggler_time": max(m.straggler_time for m in msgs),
+            "scale_fallbacks": sum(m.scale_fallbacks for m in msgs),
             "straggler_recovered": (float(np.mean([m.recovered for m in msgs]))
                                     if self.coded is not None else None),
         }
@@ -370,6 +377,7 @@ class RunLog:
         self.bpe_sum = self.ent_sum = 0.0
         self.ent_ok = True
         self.t_compute = self.t_codec = 0.0
+        self.fallbacks = 0
         self.rounds_done = 0
         self.stopped = "finished"
         self.csv_file = open(out / "metrics.csv", "w", newline="")
@@ -396,6 +404,7 @@ class RunLog:
             self.ent_sum += row["entropy_bits_per_entry"]
         self.t_compute += row["t_compute"]
         self.t_codec += row["t_compress"] + row["t_decompress"]
+        self.fallbacks += row["scale_fallbacks"]
         self.csv.writerow(["" if row[k] is None else (f"{row[k]:.6g}" if isinstance(row[k], float)
                                                       else row[k]) for k in METRICS])
         self.csv_file.flush()
@@ -429,6 +438,7 @@ class RunLog:
             mean_entropy_bits_per_entry=(self.ent_sum / n if self.ent_ok and n else None),
             stopped=self.stopped, seconds=time.perf_counter() - self.t_start,
             t_codec_fraction=self.t_codec / self.t_compute if self.t_compute else float("nan"),
+            scale_fallbacks=self.fallbacks,
         )
         doc = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                for k, v in result.to_dict().items()}  # standard JSON: no NaN
