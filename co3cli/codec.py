@@ -66,12 +66,13 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
     ``table`` reuses a saved codebook table; otherwise one is built from ``model`` fitted to
     this layer's scaled values (or from its counts for ``empirical``). ``shape`` is the
     parameter's shape (context-modelling coders use its 2-D view). With a scale rule that can
-    fall back (``scales.GUARDED_RULES``: ``co3-poly``) the layer's metadata records how many
-    steps' scales came from the fallback (``scale_fallbacks``; ``scale_fallback``: the first
-    64 such steps, the rule used and why), which ``co3 inspect`` shows.
+    fall back (``scales.GUARDED_RULES``: ``co3-poly``, ``gennorm-mse``) the metadata of a layer
+    where it did records how many steps' scales came from the fallback (``scale_fallbacks``;
+    ``scale_fallback``: the first 64 such steps, the rule used and why; absent: none did, so
+    files without a fallback keep their bytes), which ``co3 inspect`` shows.
     """
     from co3cli.quantize import quantize
-    from co3cli.scales import GUARDED_RULES, scale_info
+    from co3cli.scales import scale_info
 
     infos = [scale_info(row, grid, scale_rule) for row in data]
     scales = np.array([i.scale for i in infos], dtype=np.float32)
@@ -89,12 +90,11 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
         if unusable.size:
             raise InputError(f"the codebook cannot code symbol(s) {unusable[:5].tolist()} of format "
                              f"{grid.id}; rebuild it with a model (every symbol codable)")
-    if scale_rule in GUARDED_RULES:  # provenance: steps whose scale came from the fallback
-        fell = [t for t, i in enumerate(infos) if i.fallback]
-        meta = {**meta, "scale_fallbacks": len(fell)}
-        if fell:
-            meta["scale_fallback"] = {"steps": fell[:64], "used": infos[fell[0]].used,
-                                      "reason": infos[fell[0]].reason}
+    fell = [t for t, i in enumerate(infos) if i.fallback]
+    if fell:  # provenance: steps whose scale came from the fallback (none: nothing written)
+        meta = {**meta, "scale_fallbacks": len(fell),
+                "scale_fallback": {"steps": fell[:64], "used": infos[fell[0]].used,
+                                   "reason": infos[fell[0]].reason}}
     cols = row_length(shape, data.shape[1])
     bodies = [table.encode(row, cols=cols) for row in sym]
     return EncodedLayer(meta, table, scales, bodies, counts)

@@ -62,7 +62,7 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
             layers.append({"name": lay["name"], "shape": lay["shape"], "numel": lay["numel"],
                            "bytes": block.nbytes, "payload_bytes": block.payload_bytes,
                            "table_bytes": len(block.table), "model": block.meta.get("model"),
-                           "scale_fallbacks": _fallbacks(block.meta),
+                           "scale_fallbacks": _fallbacks(block.meta, co3.header),
                            "scales": block.scales.tolist()})
             if decode:
                 for _ in iter_decode_block(block, grid, coder, lay["numel"], lay["shape"]):
@@ -75,11 +75,15 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
                        layers=layers)
 
 
-def _fallbacks(meta: dict) -> int | None:
-    """Steps whose scale rule fell back (``co3-poly`` out of range); None: not recorded (a rule
-    that cannot fall back, or a file from before the count)."""
+def _fallbacks(meta: dict, header: dict) -> int | None:
+    """Steps whose scale rule fell back (``co3-poly`` out of range, a degenerate fit); written
+    only where some did, so 0 for a rule that can fall back; None for one that cannot."""
+    from co3cli.scales import GUARDED_RULES
+
     n = meta.get("scale_fallbacks")
-    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+    if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+        return n
+    return 0 if header.get("scale_rule") in GUARDED_RULES else None
 
 
 def _parse_table(coder, block, grid):

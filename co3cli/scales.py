@@ -9,7 +9,8 @@ the bits:
   numerically MSE-optimal unit pre-scale on this grid (:func:`gennorm_mse_unit_scale`).
   MSE-optimal *for the fitted GenNorm model, not for the data*: on the bundled real gradients
   it lands above the tensor's own optimum wherever the fit misses the tails
-  (``benchmarks/results/scale.md``);
+  (``benchmarks/results/scale.md``). Guarded: where a degenerate fit (error-fed uploads) puts
+  the optimum so low that every entry would round to 0, it falls back to ``empirical-mse``;
 * ``empirical-mse``: the scale that minimises the real quantization MSE of the tensor's own
   entries (:func:`empirical_mse_scale`, on :func:`fit_sample`'s deterministic sample: one sort,
   then each candidate scale costs one ``searchsorted`` of the grid's edges);
@@ -58,7 +59,7 @@ FIT_SAMPLE = 1 << 18  # entries used to fit the model behind a model-based scale
 SCALE_RULES: Registry = Registry("scale rule")
 CO3_POLY_BETA = (0.6, 2.0)  # the beta range the CO3 fp4 polynomial was fitted on
 CO3_POLY_GRID = "fp4-co3"  # ... and the grid (the paper's (1,2,1) fp4)
-GUARDED_RULES = frozenset({"co3-poly"})  # rules that may hand over to another (Fallback)
+GUARDED_RULES = frozenset({"co3-poly", "gennorm-mse"})  # rules that may hand over to another (Fallback)
 
 
 class Fallback(NamedTuple):
@@ -116,10 +117,25 @@ def _gennorm_fit(x: np.ndarray):
     return None if fit.n_nonzero == 0 else (fit.params["beta"], fit.params["scale"])
 
 
-@SCALE_RULES.register(id="gennorm-mse", doc="MSE-optimal pre-scale for the fitted GenNorm")
-def _gennorm_mse(x: np.ndarray, grid: Grid) -> float | None:
+@SCALE_RULES.register(id="gennorm-mse", doc="MSE-optimal pre-scale for the fitted GenNorm "
+                      "(empirical-mse where a degenerate fit would send only zeros)")
+def _gennorm_mse(x: np.ndarray, grid: Grid) -> float | Fallback | None:
     fit = _gennorm_fit(x)
-    return None if fit is None else gennorm_mse_unit_scale(grid, fit[0]) / fit[1]
+    return None if fit is None else _model_optimum(x, grid, *fit)
+
+
+def _model_optimum(x: np.ndarray, grid: Grid, beta: float, alpha: float,
+                   why: str | None = None) -> float | Fallback:
+    """gennorm-mse's scale for the fit (beta, alpha); a ``Fallback`` when ``why`` says another
+    rule handed over to it, or when the fit is degenerate and its optimum would round every
+    entry to 0 (error-fed uploads: the zero-inflated fit runs to beta ~ 0.05, its search bound,
+    with alpha ~ 1e-29): then the data's own optimum, ``empirical-mse``."""
+    s = gennorm_mse_unit_scale(grid, beta) / alpha
+    if float(np.max(np.abs(x))) * s <= float(np.asarray(grid.edges)[0]):
+        return Fallback(empirical_mse_scale(fit_sample(x), grid), "empirical-mse",
+                        (f"{why}; " if why else "") + f"gennorm-mse's scale (fitted beta "
+                        f"{beta:.3g}, a degenerate fit) would send only zeros")
+    return s if why is None else Fallback(s, "gennorm-mse", why)
 
 
 @SCALE_RULES.register(id="empirical-mse", doc="minimises the real quantization MSE of the data")
@@ -141,13 +157,7 @@ def _co3_poly(x: np.ndarray, grid: Grid) -> float | Fallback | None:
         why = f"fitted beta {beta:.3g} outside the polynomial's range [{lo:g}, {hi:g}]"
     else:
         return co3_poly_scale(beta, alpha)
-    s = gennorm_mse_unit_scale(grid, beta) / alpha
-    if float(np.max(np.abs(x))) * s <= float(np.asarray(grid.edges)[0]):
-        # the fit is degenerate (error-fed uploads: beta at its bound, alpha ~ 1e-29) and its
-        # optimum would round every entry to 0: use the data's own optimum
-        return Fallback(empirical_mse_scale(fit_sample(x), grid), "empirical-mse",
-                        why + "; gennorm-mse's scale would send only zeros")
-    return Fallback(s, "gennorm-mse", why)
+    return _model_optimum(x, grid, beta, alpha, why)
 
 
 def _is_co3_fp4(grid) -> bool:

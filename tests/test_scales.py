@@ -116,9 +116,13 @@ def test_co3_poly_never_sends_only_zeros():
     (beta ~ 0.06, alpha ~ 1e-24) and its optimum would round every entry to 0."""
     rng = np.random.default_rng(0)
     x = (rng.laplace(size=5000) * 10.0 ** rng.uniform(-6, 0, 5000)).astype(np.float32)
-    gn = compute_scale(x, FP4, "gennorm-mse")
-    assert not np.any(dequantize(quantize(x, FP4, gn), FP4, gn))  # the model's optimum: nothing
-    info = scale_info(x, FP4, "co3-poly")
-    assert info.fallback and info.used == "empirical-mse" and "only zeros" in info.reason
-    assert info.scale == compute_scale(x, FP4, "empirical-mse")
-    assert qmse(x, FP4, info.scale) < 0.5 * float(np.mean(x.astype(np.float64) ** 2))
+    from co3cli.scales import _gennorm_fit, gennorm_mse_unit_scale
+
+    beta, alpha = _gennorm_fit(x)
+    model_opt = np.float32(gennorm_mse_unit_scale(FP4, beta) / alpha)
+    assert not np.any(dequantize(quantize(x, FP4, model_opt), FP4, model_opt))  # sends nothing
+    for rule in ("co3-poly", "gennorm-mse"):  # neither sends the degenerate fit's optimum
+        info = scale_info(x, FP4, rule)
+        assert info.fallback and info.used == "empirical-mse" and "only zeros" in info.reason
+        assert info.scale == compute_scale(x, FP4, "empirical-mse")
+        assert qmse(x, FP4, info.scale) < 0.5 * float(np.mean(x.astype(np.float64) ** 2))

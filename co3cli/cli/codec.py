@@ -74,9 +74,11 @@ def inspect_cli(input: str = typer.Argument(..., help=".co3 file, or - for stdin
          + (", every chunk decoded" if decode else ""))
     emit(f"format {h['format']['id']}, scale {h['scale_rule']}, coder {h['coder']}, model {h['model']}, "
          f"{len(h['steps'])} step(s), made by co3cli {h['co3cli_version']} at {h['created']}")
-    emit(format_table(info.layers, [("name", "layer", ""), ("shape", "shape", ""),
-                                    ("bytes", "bytes", "d"), ("payload_bytes", "payload", "d"),
-                                    ("table_bytes", "table", "d"), ("model", "model", "")]))
+    cols = [("name", "layer", ""), ("shape", "shape", ""), ("bytes", "bytes", "d"),
+            ("payload_bytes", "payload", "d"), ("table_bytes", "table", "d"), ("model", "model", "")]
+    if any(lay["scale_fallbacks"] is not None for lay in info.layers):  # a rule that can fall back
+        cols.append(("scale_fallbacks", "scale fallbacks (steps)", "d"))
+    emit(format_table(info.layers, cols))
 
 
 def report_cli(
