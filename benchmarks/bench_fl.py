@@ -13,8 +13,9 @@ suite can be rerun alone):
 
 * ``scale`` (issue 12, iid, seeds 0 and 1): ``none``; ``co3`` fp4-co3 + ans with each scale
   rule (absmax, co3-poly guarded, gennorm-mse, empirical-mse) at gamma 0 and 0.7; tinyscript
-  2 bits (zeros coded as zero) at gamma 0 and 0.7. ``scale_fallbacks``: uploads whose
-  co3-poly scale fell back to gennorm-mse (beta outside [0.6, 2]).
+  2 bits (zeros coded as zero) at gamma 0 and 0.7. ``scale_fallbacks``: refits whose
+  co3-poly scale fell back to gennorm-mse (beta outside [0.6, 2]), or whose co3-poly /
+  gennorm-mse scale fell back to empirical-mse (a degenerate fit that would send only zeros).
 * ``separate`` (issue 12, iid and non-iid Dirichlet(0.3), seeds 0 and 1): a setting where
   error feedback matters, found by 100-round screens (fp4 on Dirichlet(0.1) did not separate:
   88.1 / 88.2 / 87.2 % at gamma 0 / 0.7 / 1): a 2-bit grid (``uniform2``: -1, 0, +1 times the
@@ -148,7 +149,7 @@ def _seeded_table(runs: list, res: dict, part: str, seeds) -> list[str]:
         mean = sum(acc) / len(acc) if ok else None
         d = ("-" if not ok or None in base
              else f"{100 * (mean - sum(base) / len(base)):+.2f}")
-        fb = ("-" if "co3-poly" not in label
+        fb = ("-" if not any(r in label for r in ("co3-poly", "gennorm-mse"))
               else " / ".join(str(r.get("scale_fallbacks") or 0) for r in rs))
         lines.append(f"| {label.rsplit(' g=', 1)[0]} | {gamma:g} | {_acc(mean)} | "
                      + " | ".join(_acc(a) for a in acc) + f" | {d} | "
@@ -188,7 +189,8 @@ def render(doc: dict) -> str:
         f"client, server SGD lr 0.3, {rounds} rounds. Accuracy on the held-out 1,000 images after the "
         "last round. bits/entry: real payload bytes x 8 / entries, mean over rounds. scale "
         "fallbacks (seed 0 / seed 1): refits whose co3-poly scale came from gennorm-mse (fitted "
-        "beta outside [0.6, 2]); a layer's scale is refitted on every 10th upload (in between it "
+        "beta outside [0.6, 2]) or whose co3-poly / gennorm-mse scale came from empirical-mse "
+        "(a degenerate fit whose optimum would send only zeros); a layer's scale is refitted on every 10th upload (in between it "
         f"follows the gradient's RMS), so a run has about 10 clients x 6 layers x {rounds} / 10 "
         f"= {6 * rounds:,} refits (more where a symbol the table cannot code forces one).", ""]
     s = doc["suites"]
@@ -197,7 +199,8 @@ def render(doc: dict) -> str:
         lines += _seeded_table(SCALE_RUNS, s["scale"]["runs"], "iid", (0, 1))
         lines += ["", "co3-poly is the guarded rule (gennorm-mse outside beta in [0.6, 2]; "
                   "empirical-mse where gennorm-mse's scale would send only zeros, which happens "
-                  "on error-fed uploads, whose GenNorm fit degenerates to beta = 0.05). "
+                  "on error-fed uploads, whose GenNorm fit degenerates to beta = 0.05; "
+                  "gennorm-mse falls back to empirical-mse there too). "
                   "tinyscript sends exact zeros as zero.", "", "![scale](fl_scale.png)", ""]
     if "separate" in s:
         for part, title in (("iid", "iid"), ("dirichlet", "non-iid Dirichlet(0.3)")):
