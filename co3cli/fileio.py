@@ -249,6 +249,18 @@ def output_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
         f.flush()
 
 
+def output_folder(path: str | os.PathLike, what: str = "output") -> Path:
+    """The existing folder an output file ``path`` will be written to (InputError, one line,
+    when ``path`` is a directory or its folder does not exist): checked before any work."""
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"{what} {str(target)!r} is a directory")
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{what} folder {str(folder)!r} does not exist")
+    return folder
+
+
 @contextlib.contextmanager
 def output_path(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path to write (``open``/``savefig`` work on it; reopening with ``"w"``
@@ -272,12 +284,7 @@ def output_scratch(path: str | os.PathLike) -> Iterator[Scratch]:
             raise InputError("output is '-' but there is no stdout")
         directory = None
     else:
-        target = Path(path)
-        if target.is_dir():
-            raise InputError(f"output {str(target)!r} is a directory")
-        directory = target.parent if str(target.parent) else Path(".")
-        if not directory.is_dir():
-            raise InputError(f"output folder {str(directory)!r} does not exist")
+        directory = output_folder(path)
     try:
         tmp = Scratch(directory)
     except OSError as e:
@@ -289,7 +296,7 @@ def output_scratch(path: str | os.PathLike) -> Iterator[Scratch]:
                 shutil.copyfileobj(f, sys.stdout.buffer, _CHUNK)
             sys.stdout.buffer.flush()
         else:
-            tmp.publish(target)
+            tmp.publish(Path(path))
     except BaseException as e:
         if no_space(e):
             raise cannot_write(path, e) from None

@@ -41,12 +41,9 @@ def require_matplotlib(output: str | os.PathLike | None = None) -> None:
     except ImportError:
         raise InputError(MPL_MISSING) from None
     if output is not None and str(output) != "-":
-        target = Path(output)
-        if target.is_dir():
-            raise InputError(f"plot output {str(target)!r} is a directory")
-        folder = target.parent if str(target.parent) else Path(".")
-        if not folder.is_dir():
-            raise InputError(f"plot output folder {str(folder)!r} does not exist")
+        from co3cli.fileio import output_folder
+
+        output_folder(output, "plot output")
 
 
 def new_figure(width: float, height: float):

@@ -182,11 +182,11 @@ def _scenario_nonfinite(rank: int, world: int, out: Path) -> dict[str, Any]:
     return {"grads": grads, "memories": memories, "stats": state.stats()}
 
 
-def _scenario_ctx(rank: int, world: int, out: Path) -> dict[str, Any]:
-    """The context-adaptive coder through the hook: 2-D contexts from each parameter's shape."""
+def _three_steps(rank: int, **co3) -> dict[str, Any]:
+    """Three DDP steps through the CO3 hook with these CO3State options: params and stats."""
     model = _model()
     ddp = _ddp(model)
-    state = CO3State(None, format="fp8-e5m2", coder="ctx", gamma=0.9, refit_every=2)
+    state = CO3State(None, **co3)
     ddp.register_comm_hook(state, co3_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     params = []
@@ -194,21 +194,17 @@ def _scenario_ctx(rank: int, world: int, out: Path) -> dict[str, Any]:
         _step(ddp, opt, rank, step)
         params.append(_flat_params(model))
     return {"params": params, "stats": state.stats()}
+
+
+def _scenario_ctx(rank: int, world: int, out: Path) -> dict[str, Any]:
+    """The context-adaptive coder through the hook: 2-D contexts from each parameter's shape."""
+    return _three_steps(rank, format="fp8-e5m2", coder="ctx", gamma=0.9, refit_every=2)
 
 
 def _scenario_poly(rank: int, world: int, out: Path) -> dict[str, Any]:
     """fp4 with the guarded CO3 polynomial: the 3-entry output bias falls back (beta 20)."""
-    model = _model()
-    ddp = _ddp(model)
-    state = CO3State(None, format="fp4-co3", coder="ans", gamma=0.7, refit_every=2,
-                     scale="co3-poly")
-    ddp.register_comm_hook(state, co3_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    params = []
-    for step in range(3):
-        _step(ddp, opt, rank, step)
-        params.append(_flat_params(model))
-    return {"params": params, "stats": state.stats()}
+    return _three_steps(rank, format="fp4-co3", coder="ans", gamma=0.7, refit_every=2,
+                        scale="co3-poly")
 
 
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
