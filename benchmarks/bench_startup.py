@@ -183,10 +183,14 @@ def main() -> None:
         big = tmp / "big.h5"
         make_big_dump(big, a.n)
         rows = [help_row(a.today, a.repeat)]
-        rows += codec_rows(f"{a.n:.0e}-entry dump (40 MB)", big, a.today, tmp, a.repeat)
+        rows += codec_rows(f"{a.n:.0e}-entry dump ({4 * a.n / 1e6:.0f} MB)", big, a.today, tmp,
+                           a.repeat)
         rows += codec_rows("bundled mnist5k-mlp.h5 (4 MB)",
                            ROOT / "co3cli" / "sample_data" / "mnist5k-mlp.h5", a.today, tmp, a.repeat)
         share = outside_share(big, a.today, tmp, a.repeat, rows[1][1])
+        imports = interleaved({"ml_dtypes": ([PY, "-c", "import ml_dtypes"], ROOT),
+                               "numpy, h5py, zstandard": ([PY, "-c", "import numpy, h5py, zstandard"],
+                                                          ROOT)}, a.repeat)
         fl = {who: fl_rounds(cwd, tmp, a.fl_rounds) for who, cwd in
               (("today", a.today), ("new", ROOT))} if a.fl else None
     for name, r in rows:
@@ -196,10 +200,12 @@ def main() -> None:
                          f"{r['today']['median'] / p:.2f}x | {r['new']['median'] / p:.2f}x |")
         else:
             lines.append(f"| {name} | {fmt(r['today'])} | {fmt(r['new'])} | - | - | - |")
-    lines += ["", "| 40 MB `co3 compress`: data work (warm, in-process) | today | new |", "|---|---|---|",
+    lines += ["", f"| {4 * a.n / 1e6:.0f} MB `co3 compress`: data work (warm, in-process) | today | new |", "|---|---|---|",
               f"| data work CPU | {share['today'][0]:.3f} s | {share['new'][0]:.3f} s |",
               f"| share of the whole command outside data work | {share['today'][1]:.0%} | "
               f"{share['new'][1]:.0%} |"]
+    lines += ["", "| the peer's imports alone (whole process) | CPU |", "|---|---|"]
+    lines += [f"| `import {k}` | {fmt(r)} |" for k, r in imports.items()]
     if fl:
         lines += ["", f"| `co3 simulate fl` mnist5k-mlp, 4 clients, {a.fl_rounds} rounds, co3 fp4-co3 "
                   "ans (one run each) | today | new |", "|---|---|---|"]
