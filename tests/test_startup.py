@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from co3cli.models.families import BETA_BOUNDS
-from co3cli.models.mle import _brentq
+from co3cli.models.mle import _bracket_root
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "co3cli" / "sample_data" / "mnist5k-mlp.h5"
@@ -47,7 +47,7 @@ def test_compress_and_decompress_import_no_torch_and_no_scipy_optimize(tmp_path)
     assert not {"torch", "scipy.optimize", "scipy.special"} & mods
 
 
-def test_brentq_is_scipys_to_the_last_bit():
+def test_bracket_root_finds_the_moment_start_that_scipy_finds():
     from scipy import optimize, special
 
     tmin, tmax = math.log(BETA_BOUNDS[0]), math.log(BETA_BOUNDS[1])
@@ -62,15 +62,19 @@ def test_brentq_is_scipys_to_the_last_bit():
 
         if f(tmin) <= 0 or f(tmax) >= 0:
             continue
-        assert _brentq(f, tmin, tmax, 1e-10) == optimize.brentq(f, tmin, tmax, xtol=1e-10)
+        assert _bracket_root(f, tmin, tmax, 1e-12) == pytest.approx(
+            optimize.brentq(f, tmin, tmax, xtol=1e-12), abs=2e-12)
         checked += 1
     assert checked > 500
-    for fn, lo, hi in ((math.cos, 0.0, 3.0), (lambda x: x ** 3 - 2 * x - 5, 2.0, 3.0),
-                       (lambda x: (x - 1.5) ** 5, 0.0, 4.0), (lambda x: x - 1.0, 1.0, 2.0)):
+    for fn, lo, hi, root in ((math.cos, 0.0, 3.0, math.pi / 2),
+                             (lambda x: x ** 3 - 2 * x - 5, 2.0, 3.0, 2.0945514815423265),
+                             (lambda x: (x - 1.5) ** 5, 0.0, 4.0, 1.5),  # flat: bisection
+                             (lambda x: x - 1.0, 1.0, 2.0, 1.0),  # a root at an end
+                             (lambda x: math.exp(x) - 1e6, -50.0, 50.0, math.log(1e6))):
         for xtol in (1e-12, 1e-6, 1e-3):
-            assert _brentq(fn, lo, hi, xtol) == optimize.brentq(fn, lo, hi, xtol=xtol)
+            assert abs(_bracket_root(fn, lo, hi, xtol) - root) <= xtol + 1e-12
     with pytest.raises(ValueError):
-        _brentq(lambda x: x * x + 1.0, -1.0, 1.0, 1e-10)
+        _bracket_root(lambda x: x * x + 1.0, -1.0, 1.0, 1e-10)
 
 
 def test_fl_warm_up_changes_nothing_but_timings(tmp_path, monkeypatch):

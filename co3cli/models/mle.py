@@ -341,48 +341,42 @@ def _newton(prof: _Profile, t: float, tmin: float, tmax: float, maxit: int = 60)
     return t, prof(t)[3]
 
 
-def _brentq(f, xa: float, xb: float, xtol: float, rtol: float = 4 * sys.float_info.epsilon,
-            maxiter: int = 100) -> float:
-    """A root of ``f`` in [xa, xb] (a sign change) by Brent's method: the same steps as
-    ``scipy.optimize.brentq`` (its C code, Zeros/brentq.c), so the same root to the last bit,
-    without importing scipy.optimize (a tenth of a second of every ``co3 compress``)."""
-    xpre, xcur = xa, xb
-    xblk = fblk = spre = scur = 0.0
-    fpre, fcur = f(xpre), f(xcur)
-    if fpre == 0:
-        return xpre
-    if fcur == 0:
-        return xcur
-    if math.copysign(1.0, fpre) == math.copysign(1.0, fcur):
-        raise ValueError("f(a) and f(b) must have different signs")
+def _bracket_root(f, lo: float, hi: float, xtol: float, maxiter: int = 200) -> float:
+    """A root of the continuous ``f`` in [lo, hi], where f(lo) and f(hi) differ in sign, to
+    within ``xtol``: regula falsi with the Illinois halving of a stale end's value, and a
+    bisection step whenever the bracket shrank by less than half, so the bracket always
+    closes (linear at worst, superlinear on smooth f). Avoids importing scipy.optimize (a
+    tenth of a second of every ``co3 compress``) for the one root the GenNorm start needs."""
+    f_lo, f_hi = f(lo), f(hi)
+    if f_lo == 0:
+        return lo
+    if f_hi == 0:
+        return hi
+    if (f_lo > 0) == (f_hi > 0):
+        raise ValueError("f(lo) and f(hi) must have different signs")
+    stale = 0  # +1: lo kept its place last step, -1: hi did
+    width = hi - lo
     for _ in range(maxiter):
-        if fpre != 0 and fcur != 0 and math.copysign(1.0, fpre) != math.copysign(1.0, fcur):
-            xblk, fblk = xpre, fpre
-            spre = scur = xcur - xpre
-        if abs(fblk) < abs(fcur):
-            xpre, xcur, xblk = xcur, xblk, xcur
-            fpre, fcur, fblk = fcur, fblk, fcur
-        delta = (xtol + rtol * abs(xcur)) / 2
-        sbis = (xblk - xcur) / 2
-        if fcur == 0 or abs(sbis) < delta:
-            return xcur
-        if abs(spre) > delta and abs(fcur) < abs(fpre):
-            if xpre == xblk:  # interpolate
-                stry = -fcur * (xcur - xpre) / (fcur - fpre)
-            else:  # extrapolate
-                dpre = (fpre - fcur) / (xpre - xcur)
-                dblk = (fblk - fcur) / (xblk - xcur)
-                stry = -fcur * (fblk * dblk - fpre * dpre) / (dblk * dpre * (fblk - fpre))
-            if 2 * abs(stry) < min(abs(spre), 3 * abs(sbis) - delta):  # good short step
-                spre, scur = scur, stry
-            else:
-                spre = scur = sbis
+        if hi - lo <= xtol:
+            break
+        x = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+        if not lo < x < hi or hi - lo > 0.5 * width:  # the secant stalls: bisect
+            x = 0.5 * (lo + hi)
+        width = hi - lo
+        fx = f(x)
+        if fx == 0:
+            return x
+        if (fx > 0) == (f_lo > 0):
+            lo, f_lo = x, fx
+            if stale == -1:
+                f_hi *= 0.5
+            stale = -1
         else:
-            spre = scur = sbis
-        xpre, fpre = xcur, fcur
-        xcur += scur if abs(scur) > delta else (delta if sbis > 0 else -delta)
-        fcur = f(xcur)
-    return xcur
+            hi, f_hi = x, fx
+            if stale == 1:
+                f_lo *= 0.5
+            stale = 1
+    return lo if abs(f_lo) <= abs(f_hi) else hi
 
 
 def _gennorm_mom(r: float) -> float:
@@ -399,7 +393,7 @@ def _gennorm_mom(r: float) -> float:
         return BETA_BOUNDS[0]
     if f(tmax) >= 0:
         return BETA_BOUNDS[1]
-    return math.exp(_brentq(f, tmin, tmax, xtol=1e-10))
+    return math.exp(_bracket_root(f, tmin, tmax, xtol=1e-12))
 
 
 def _fit_shape(data: _Data, kind: str, log_frac: float, t0: float | None) -> tuple[float, float]:
