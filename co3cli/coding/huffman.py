@@ -221,6 +221,40 @@ def _decode_kernel(words, dec, width, out):  # pragma: no cover - compiled
     return 32 * k - cnt
 
 
+FAST_BITS = 11
+"""Index width of the first-level Huffman decode table (2**11 uint32 entries: 8 KiB, in L1)."""
+
+
+@njit(cache=True, nogil=True)
+def _decode_fast_kernel(words, fast, fbits, dec, width, out):  # pragma: no cover - compiled
+    """:func:`_decode_kernel` with a two-level table: ``fast`` (``2**fbits`` entries, the
+    next ``fbits`` bits) resolves every code of at most ``fbits`` bits; its entry 0 sends
+    the rare longer code to the full ``2**width`` table ``dec`` (where 0 still marks an
+    unused pattern). Refills 32 bits at a time as before: same results, same checks."""
+    nw = words.size
+    w64 = np.uint64(width)
+    f64 = np.uint64(64 - fbits)
+    buf = np.uint64(0)
+    cnt = 0  # valid bits at the top of buf
+    k = 0
+    for i in range(out.size):
+        if cnt < width:
+            if k < nw:
+                buf |= np.uint64(words[k]) << np.uint64(32 - cnt)
+            k += 1
+            cnt += 32
+        e = fast[buf >> f64]
+        if e == 0:
+            e = dec[buf >> (np.uint64(64) - w64)]
+            if e & 31 == 0:
+                return -1
+        ln = e & 31
+        out[i] = e >> 5
+        buf <<= np.uint64(ln)
+        cnt -= ln
+    return 32 * k - cnt
+
+
 # ---------------------------------------------------------------------------------------
 # Table
 
@@ -267,7 +301,7 @@ class HuffmanTable:
         codes = start >> (self._width - ls)
         self._enc = np.zeros(ln.size, dtype=np.uint32)
         self._enc[order] = (codes << 5) | ls
-        self._order, self._span, self._dec = order, span, None
+        self._order, self._span, self._dec, self._fast = order, span, None, None
         self._min_len = int(ls[0])
 
     # -- properties -----------------------------------------------------------------
@@ -298,6 +332,16 @@ class HuffmanTable:
             dec[: filled.size] = filled
             self._dec = dec
         return self._dec
+
+    def _fast_table(self) -> tuple[np.ndarray, int]:
+        """First-level table: entry ``i`` of the full table at ``i << (width - fbits)``,
+        0 where the code there is longer than ``fbits`` (or the pattern unused)."""
+        if self._fast is None:
+            fbits = min(self._width, FAST_BITS)
+            fast = self._decode_table()[:: 1 << (self._width - fbits)].copy()
+            fast[(fast & 31) > fbits] = 0
+            self._fast = fast, fbits
+        return self._fast
 
     # -- coding ---------------------------------------------------------------------
     def encode(self, sym) -> tuple[bytes, int]:
@@ -335,7 +379,8 @@ class HuffmanTable:
         padded = payload + bytes(-len(payload) % 4)
         words = np.frombuffer(padded, dtype=">u4").astype(np.uint32)
         out = np.empty(n, dtype=np.uint16)
-        used = _decode_kernel(words, self._decode_table(), self._width, out)
+        fast, fbits = self._fast_table()
+        used = _decode_fast_kernel(words, fast, fbits, self._decode_table(), self._width, out)
         if used < 0:
             raise CorruptDataError("Huffman payload: hit an unused code pattern")
         if used != nbits:
