@@ -131,9 +131,15 @@ def _get_fp_kernel():
                                    + ((b >> sh) & np.uint32(1))) >> sh) - offset
                     ks = np.int32(np.rint(abs(ybuf[j]) * sub_mul))
                     k = min(ks if b < lim_b else kn, km)
-                    out[start + j] = np.uint16(km - k if u >> np.uint32(31) else km + k)
-                for j in range(m):
-                    hist[j & 3, out[start + j]] += 1
+                    neg = np.int32(u >> np.uint32(31))  # the sign bit: K - k, else K + k
+                    out[start + j] = np.uint16(km + k - 2 * k * neg)
+                for j in range(0, m - 3, 4):
+                    hist[0, out[start + j]] += 1
+                    hist[1, out[start + j + 1]] += 1
+                    hist[2, out[start + j + 2]] += 1
+                    hist[3, out[start + j + 3]] += 1
+                for j in range(m - m % 4, m):
+                    hist[0, out[start + j]] += 1
             for r in range(4):
                 for c in range(counts.size):
                     counts[c] += hist[r, c]
@@ -193,12 +199,19 @@ def _check_scale(scale) -> np.float32:
     return s
 
 
-def quantize(x, grid: Grid, scale, *, with_counts: bool = False, path: str = "numba"):
-    """Symbols (uint16) of ``x`` on ``grid`` at ``scale``; optionally also their counts."""
+def quantize(x, grid: Grid, scale, *, with_counts: bool = False, path: str = "numba",
+             out: np.ndarray | None = None):
+    """Symbols (uint16) of ``x`` on ``grid`` at ``scale``; optionally also their counts.
+
+    ``out``: a C-contiguous uint16 array of ``x.size`` entries the numba path writes the
+    symbols into (and returns), saving a copy when the caller keeps them in a larger array."""
     x = as_f32_1d(x)
     s = _check_scale(scale)
     if path == "numba":
-        out = np.empty(x.size, dtype=np.uint16)
+        if out is None:
+            out = np.empty(x.size, dtype=np.uint16)
+        elif out.dtype != np.uint16 or out.shape != (x.size,) or not out.flags.c_contiguous:
+            raise InputError(f"out: need a C-contiguous uint16 array of {x.size} entries")
         counts = np.zeros(grid.nsym, dtype=np.int64)
         is_fp = grid.kind == "fp"
         if is_fp and grid.emin >= -126:
