@@ -262,6 +262,51 @@ def _decode_fast_kernel(words, fast, fbits, dec, width, out):  # pragma: no cove
     return 32 * k - cnt
 
 
+@njit(cache=True, nogil=True)
+def _decode_pair_kernel(words, pair, fbits, fast, dec, width, out):  # pragma: no cover
+    """:func:`_decode_fast_kernel` decoding up to two symbols per lookup: ``pair[i]`` (the
+    next ``fbits`` bits) is ``s1 | s2 << 12 | bits << 24 | count << 30``, ``count`` (1 or 2)
+    symbols whose codes fill ``bits <= fbits`` real bits (0: the first code is longer: the
+    two-level single-symbol path).  ``out`` has one spare entry at the end (the second
+    symbol is always stored, then overwritten or dropped); the last symbol is decoded
+    alone, so exactly ``out.size - 1`` symbols are decoded.  Same bit count, same checks."""
+    nw = words.size
+    w64 = np.uint64(64 - width)
+    f64 = np.uint64(64 - fbits)
+    buf = np.uint64(0)
+    cnt = 0
+    k = 0
+    n = out.size - 1
+    i = 0
+    while i < n:
+        if cnt < 32:
+            if k < nw:
+                buf |= np.uint64(words[k]) << np.uint64(32 - cnt)
+            k += 1
+            cnt += 32
+        if i + 1 < n:
+            e = pair[buf >> f64]
+            if e != 0:
+                out[i] = e & 0xFFF
+                out[i + 1] = (e >> 12) & 0xFFF
+                ln = (e >> 24) & 31
+                i += e >> 30
+                buf <<= np.uint64(ln)
+                cnt -= ln
+                continue
+        e = fast[buf >> f64]
+        if e == 0:
+            e = dec[buf >> w64]
+            if e & 31 == 0:
+                return -1
+        ln = e & 31
+        out[i] = e >> 5
+        i += 1
+        buf <<= np.uint64(ln)
+        cnt -= ln
+    return 32 * k - cnt
+
+
 # ---------------------------------------------------------------------------------------
 # Table
 
@@ -309,6 +354,7 @@ class HuffmanTable:
         self._enc = np.zeros(ln.size, dtype=np.uint32)
         self._enc[order] = (codes << 5) | ls
         self._order, self._span, self._dec, self._fast = order, span, None, None
+        self._pair = None
         self._min_len = int(ls[0])
 
     # -- properties -----------------------------------------------------------------
@@ -350,6 +396,23 @@ class HuffmanTable:
             self._fast = fast, fbits
         return self._fast
 
+    def _pair_table(self) -> np.ndarray:
+        """:func:`_decode_pair_kernel`'s table: the first code of each ``fbits``-bit pattern
+        and, when the rest of the pattern holds a whole second code, that one too."""
+        if self._pair is None:
+            fast, fbits = self._fast_table()
+            idx = np.arange(fast.size, dtype=np.int64)
+            l1 = (fast & 31).astype(np.int64)
+            e2 = fast[(idx << l1) & (fast.size - 1)]
+            l2 = (e2 & 31).astype(np.int64)
+            two = (l1 > 0) & (l2 > 0) & (l1 + l2 <= fbits)
+            count = np.where(two, 2, 1)
+            bits = np.where(two, l1 + l2, l1)
+            pair = ((fast >> 5).astype(np.int64) | (np.where(two, e2 >> 5, 0).astype(np.int64) << 12)
+                    | (bits << 24) | (count << 30))
+            self._pair = np.where(l1 > 0, pair, 0).astype(np.uint32)
+        return self._pair
+
     # -- coding ---------------------------------------------------------------------
     def encode(self, sym) -> tuple[bytes, int]:
         """Encode uint16 symbols; return ``(payload, nbits)``, payload = ceil(nbits/8) bytes."""
@@ -385,9 +448,11 @@ class HuffmanTable:
             raise CorruptDataError("Huffman payload: padding bits after nbits are not zero")
         padded = payload + bytes(-len(payload) % 4)
         words = np.frombuffer(padded, dtype=">u4").astype(np.uint32)
-        out = np.empty(n, dtype=np.uint16)
+        out = np.empty(n + 1, dtype=np.uint16)  # one spare entry: the pair decoder's
         fast, fbits = self._fast_table()
-        used = _decode_fast_kernel(words, fast, fbits, self._decode_table(), self._width, out)
+        used = _decode_pair_kernel(words, self._pair_table(), fbits, fast, self._decode_table(),
+                                   self._width, out)
+        out = out[:n]
         if used < 0:
             raise CorruptDataError("Huffman payload: hit an unused code pattern")
         if used != nbits:
