@@ -199,3 +199,24 @@ def test_abs_max_equals_numpy(values):
     got, want = abs_max(x), float(np.max(np.abs(x)))
     assert (np.isnan(got) and np.isnan(want)) or got == want
     assert abs_max(x.astype(np.float64)) == want or np.isnan(want)
+
+
+@pytest.mark.parametrize("kind", ["random", "maxlen", "one", "incomplete"])
+@pytest.mark.parametrize("n", [0, 1, 31, 4097])
+def test_huffman_fast_encoder_matches_reference(kind, n):
+    rng = np.random.default_rng(n + 3)
+    table = _huff_case(rng, kind)
+    used = np.flatnonzero(table.lengths)
+    sym = rng.choice(used, size=n).astype(np.uint16)
+    size = n * table._width // 32 + 1
+    ref_out = np.empty(size, np.uint32)
+    ref = huffman._encode_kernel(sym, table._enc, ref_out)
+    for swap in (False, True):
+        out = np.empty(size, np.uint32)
+        got = huffman._encode_fast_kernel(sym, table._enc, out, swap)
+        assert tuple(int(v) for v in got) == tuple(int(v) for v in ref)
+        words = out[: int(got[1])]
+        assert (words.byteswap() if swap else words).tolist() == ref_out[: int(ref[1])].tolist()
+    bad = np.concatenate([sym, np.array([table.nsym], np.uint16)])
+    assert int(huffman._encode_fast_kernel(bad, table._enc, np.empty(size + 1, np.uint32),
+                                           True)[0]) == n

@@ -46,6 +46,7 @@ Example::
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 from numba import njit
@@ -190,6 +191,39 @@ def _encode_kernel(sym, enc, out):  # pragma: no cover - compiled
             out[j] = np.uint32((acc >> np.uint64(nacc)) & np.uint64(0xFFFFFFFF))
             j += 1
     return -1, j, acc & ((np.uint64(1) << np.uint64(nacc)) - np.uint64(1)), nacc
+
+
+@njit(cache=True, nogil=True)
+def _encode_fast_kernel(sym, enc, out, swap):  # pragma: no cover - compiled
+    """:func:`_encode_kernel` without the word-full branch: the 32 bits above the ``nacc``
+    pending ones are stored at ``out[j]`` every symbol and ``j`` advances only when they
+    are complete (``out`` needs one spare word). Same words, same results; with ``swap``
+    each word is stored byte-swapped (a little-endian host's native words are then the
+    big-endian payload bytes, no conversion pass)."""
+    nsym = enc.size
+    m32 = np.uint64(0xFFFFFFFF)
+    acc = np.uint64(0)
+    nacc = np.uint64(0)
+    j = 0
+    for i in range(sym.size):
+        s = sym[i]
+        if s >= nsym:
+            return i, j, acc, nacc
+        e = enc[s]
+        ln = np.uint64(e & 31)
+        if ln == 0:
+            return i, j, acc, nacc
+        acc = (acc << ln) | np.uint64(e >> 5)
+        nacc += ln
+        full = nacc >> np.uint64(5)  # 1 when a word is complete (nacc < 64)
+        nacc -= full << np.uint64(5)
+        w = (acc >> nacc) & m32
+        if swap:
+            w = (((w & np.uint64(0xFF)) << np.uint64(24)) | ((w & np.uint64(0xFF00)) << np.uint64(8))
+                 | ((w >> np.uint64(8)) & np.uint64(0xFF00)) | (w >> np.uint64(24)))
+        out[j] = np.uint32(w)
+        j += np.int64(full)
+    return -1, j, acc & ((np.uint64(1) << nacc) - np.uint64(1)), nacc
 
 
 @njit(cache=True)
@@ -418,7 +452,8 @@ class HuffmanTable:
         """Encode uint16 symbols; return ``(payload, nbits)``, payload = ceil(nbits/8) bytes."""
         sym = as_symbols(sym)
         out = np.empty(sym.size * self._width // 32 + 1, dtype=np.uint32)
-        status, nw, tail, tail_bits = _encode_kernel(sym, self._enc, out)
+        swap = sys.byteorder == "little"
+        status, nw, tail, tail_bits = _encode_fast_kernel(sym, self._enc, out, swap)
         if status >= 0:
             s = int(sym[status])
             why = f">= nsym={self.nsym}" if s >= self.nsym else "has code length 0"
@@ -426,7 +461,8 @@ class HuffmanTable:
         tail_bits = int(tail_bits)
         nbytes_tail = (tail_bits + 7) // 8
         tail_word = int(tail) << (8 * nbytes_tail - tail_bits)
-        payload = out[:nw].astype(">u4").tobytes() + tail_word.to_bytes(nbytes_tail, "big")
+        words = out[:nw] if swap else out[:nw].astype(">u4")  # big-endian bytes either way
+        payload = words.tobytes() + tail_word.to_bytes(nbytes_tail, "big")
         return payload, 32 * int(nw) + tail_bits
 
     def decode(self, payload: bytes, nbits: int, n: int) -> np.ndarray:
