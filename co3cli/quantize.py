@@ -10,11 +10,13 @@ midpoint and the neighbours of every tie):
 
 * ``numba`` (default): one fused pass that also counts symbols; exact arithmetic rounding
   (|y| is exact in float64, the quantum is a power of two, ``rint`` rounds half to even);
+  for fp grids inside float32's range a branch-free variant (integer rounding on the bit
+  pattern, selects instead of branches, counts spread over 4 histograms);
 * ``reference``: numpy ``searchsorted`` over the cell edges with explicit tie handling;
 * ``torch``: torch's float8 casts, for ``fp8-e5m2`` and ``fp8-e4m3`` only.
 
 The scale itself (one float32 per tensor, side information) comes from a scale rule of
-:mod:`co3cli.scales`.
+:mod:`co3cli.scales`; :func:`abs_max` is absmax's ``max|x|`` in one read, no temporary.
 
 Reference (floating-point conversion, the "convert" of CO3): Z.-J. Chen, E. E. Hernandez, Y.-C. Huang, S. Rini, "Convert, compress, correct: Three steps
 toward communication-efficient DNN training", arXiv:2203.09044.

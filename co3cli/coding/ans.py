@@ -14,6 +14,14 @@ decoder inverts it: ``slot = x % M`` looks up ``s`` in a table of ``M`` entries,
 makes the 32-bit division exact for every precision up to 24 and at most one word moves
 per symbol, so each step has a single, well-predicted branch.
 
+**Kernels.**  The encoder replaces ``x // f`` by an exact reciprocal multiply
+(``mulhi64(x, rcp) >> shift``, Alverson's method as in F. Giesen's rans64;
+:func:`encoder_reciprocals`); the decoder looks ``slot >> (precision - 12)`` up in a
+4096-entry table (32 KiB, in L1) that holds ``(symbol, f, c)`` of the one symbol owning
+the whole bucket, and only for the few shared buckets falls back to the ``M``-entry
+slot table.  Both produce and accept exactly the words described here (the original
+kernels stay as references for the tests).
+
 **Payload** (little-endian uint32 words)::
 
     word 0, word 1   final encoder state (low half, high half)

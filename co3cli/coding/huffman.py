@@ -16,6 +16,9 @@ Data flow::
 * **Decoding** is table driven: one table of ``2**width`` entries (``width`` = the longest
   code length in use, at most ``max_len``) maps the next ``width`` bits to
   ``(symbol << 5) | length``; an entry of 0 marks an unused pattern of an incomplete code.
+  In front of it an 11-bit table (8 KiB, in L1) gives one or two whole symbols per lookup
+  (``FAST_BITS``); only codes longer than 11 bits reach the big table.  The encoder writes
+  its words without a branch per word, already in payload byte order.
 
 The decoder proves it consumed exactly the input: the payload must be ``ceil(nbits / 8)``
 bytes, the padding bits zero, no unused pattern may be hit and the ``n`` symbols must end
