@@ -16,8 +16,8 @@ Data flow::
 * **Decoding** is table driven: one table of ``2**width`` entries (``width`` = the longest
   code length in use, at most ``max_len``) maps the next ``width`` bits to
   ``(symbol << 5) | length``; an entry of 0 marks an unused pattern of an incomplete code.
-  In front of it an 11-bit table (8 KiB, in L1) gives one or two whole symbols per lookup
-  (``FAST_BITS``); only codes longer than 11 bits reach the big table.  The encoder writes
+  In front of it a 12-bit table (16 KiB, in L1) gives one or two whole symbols per lookup
+  (``FAST_BITS``); only codes longer than 12 bits reach the big table.  The encoder writes
   its words without a branch per word, already in payload byte order.
 
 The decoder proves it consumed exactly the input: the payload must be ``ceil(nbits / 8)``
@@ -258,8 +258,8 @@ def _decode_kernel(words, dec, width, out):  # pragma: no cover - compiled
     return 32 * k - cnt
 
 
-FAST_BITS = 11
-"""Index width of the first-level Huffman decode table (2**11 uint32 entries: 8 KiB, in L1)."""
+FAST_BITS = 12
+"""Index width of the first-level Huffman decode table (2**12 uint32 entries: 16 KiB, in L1)."""
 
 
 @njit(cache=True, nogil=True)
