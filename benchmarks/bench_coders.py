@@ -12,10 +12,10 @@ Coders, all on one thread:
   ``Categorical(p, perfect=False)`` model of the same empirical pmf;
 * ``zstd-3``, ``zstd-19``, ``lzma``, ``zlib-6``: byte compressors over the symbols as uint8.
 
-Speeds are the median of ``--repeat`` runs in M symbols/s; "vs H" is the size overhead
+Speeds are the median of ``--repeat`` runs (process CPU time, encode and decode alternating) in M symbols/s; "vs H" is the size overhead
 over ``n * H`` (H = empirical entropy).
 
-    python benchmarks/bench_coders.py --n 10000000 --repeat 3 --json results.json
+    python benchmarks/bench_coders.py --n 10000000 --repeat 5 --json results.json
 """
 
 from __future__ import annotations
@@ -43,14 +43,18 @@ def gennorm_symbols(n: int, beta: float = 0.6, step: float = 0.6, seed: int = 0)
     return (np.clip(np.rint(g / step), -half, half) + half).astype(np.uint16)
 
 
-def timed(fn, repeat: int):
-    """Median wall time of ``repeat`` calls and the last result."""
-    times = []
+def timed_pair(encode, decode, repeat: int):
+    """Median process CPU seconds of ``encode()`` and ``decode(blob)``, run alternately
+    ``repeat`` times (interleaved: both see the same load), and the last results."""
+    t_enc, t_dec = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+        start = time.process_time()
+        blob = encode()
+        t_enc.append(time.process_time() - start)
+        start = time.process_time()
+        out = decode(blob)
+        t_dec.append(time.process_time() - start)
+    return statistics.median(t_enc), statistics.median(t_dec), blob, out
 
 
 def byte_codecs():
@@ -87,8 +91,8 @@ def run(n: int, repeat: int) -> dict:
     for coder in (get_coder("huffman", max_len=16), get_coder("ans", precision=16)):
         table = coder.table_from_weights(counts.astype(np.float64))
         table.decode(table.encode(sym[:1000]), 1000)  # compile / load numba kernels
-        t_enc, blob = timed(lambda: table.encode(sym), repeat)
-        t_dec, out = timed(lambda: table.decode(blob, n), repeat)
+        t_enc, t_dec, blob, out = timed_pair(lambda: table.encode(sym),
+                                             lambda b: table.decode(b, n), repeat)
         if not np.array_equal(out, sym):
             raise SystemExit(f"{coder.id}: round trip failed")
         add(coder.id, len(blob), t_enc, t_dec, len(table.to_bytes()))
@@ -103,16 +107,15 @@ def run(n: int, repeat: int) -> dict:
         coder.encode_reverse(sym32, model)
         return coder.get_compressed()
 
-    t_enc, words = timed(c_encode, repeat)
-    t_dec, out = timed(lambda: constriction.stream.stack.AnsCoder(words).decode(model, n), repeat)
+    t_enc, t_dec, words, out = timed_pair(
+        c_encode, lambda w: constriction.stream.stack.AnsCoder(w).decode(model, n), repeat)
     if not np.array_equal(out, sym32):
         raise SystemExit("constriction: round trip failed")
     add("constriction-ans", words.nbytes, t_enc, t_dec)
 
     raw = sym.astype(np.uint8).tobytes()
     for name, compress, decompress in byte_codecs():
-        t_enc, blob = timed(lambda: compress(raw), repeat)
-        t_dec, out = timed(lambda: decompress(blob), repeat)
+        t_enc, t_dec, blob, out = timed_pair(lambda: compress(raw), decompress, repeat)
         if out != raw:
             raise SystemExit(f"{name}: round trip failed")
         add(name, len(blob), t_enc, t_dec)
@@ -124,7 +127,7 @@ def run(n: int, repeat: int) -> dict:
 def print_table(report: dict) -> None:
     print(f"n={report['n']:,} symbols, {report['nsym_used']} used of {NLEVELS}, "
           f"H={report['entropy_bits']:.4f} bits/symbol, n*H/8={report['ideal_bytes']:,.0f} B, "
-          f"median of {report['repeat']}")
+          f"process CPU time, median of {report['repeat']} (encode/decode interleaved)")
     print(f"{'coder':<17}{'bytes':>12}{'table B':>9}{'bits/sym':>10}{'vs H':>9}"
           f"{'enc Msym/s':>12}{'dec Msym/s':>12}")
     for r in report["results"]:
@@ -136,7 +139,7 @@ def print_table(report: dict) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=10_000_000, help="number of symbols")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median)")
     parser.add_argument("--json", metavar="PATH",
                         help="also write the results as JSON ('-': stdout)")
     args = parser.parse_args(argv)

@@ -1,6 +1,7 @@
 """Whole-pipeline speed, one core: co3cli vs "torch fp8 cast + zstd-3", side by side.
 
     python benchmarks/bench_pipeline.py [--n 10000000] [--repeat 5] [--json]
+    PYTHONPATH=/work/main python benchmarks/bench_pipeline.py   # another checkout's co3cli
 
 Input: one float32 layer of ``--n`` entries (GenNorm beta=0.9 with 15 % exact zeros, like a
 ReLU net's gradient; i.i.d., so the context coder ``ctx`` has no structure to find here — see
@@ -10,8 +11,14 @@ ReLU net's gradient; i.i.d., so the context coder ``ctx`` has no structure to fi
   (a complete ``.co3`` file in memory, CRCs included);
 * co3 decompress = verify the file (CRCs) + parse + decode + dequantize;
 * peer compress = ``x * s`` + clamp + ``torch`` float8 cast + ``zstd -3`` of the bytes;
-* peer decompress = ``zstd`` decompress + float8 -> float32 cast + ``/ s``.
-Medians over ``--repeat`` runs.
+* peer decompress = ``zstd`` decompress + float8 -> float32 cast + ``/ s``;
+* memcpy = ``np.copyto`` of the same 4n bytes (one core's copy bandwidth).
+
+Every operation is timed in process CPU time (``time.process_time``), the operations
+interleaved (one round = every operation once, ``--repeat`` rounds), medians reported; the
+peer and memcpy are measured in the same rounds, so the ratios share the machine's load.
+"best path / memcpy" is the fastest co3 fp8 operation's throughput over memcpy's; "ctx / ans"
+is how many times slower the ``ctx`` coder is than ``ans`` on the same input and format.
 """
 
 from __future__ import annotations
@@ -28,13 +35,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 
-def timed(fn, repeat):
-    out, ts = None, []
+def interleaved(tasks: dict, repeat: int) -> dict:
+    """Median process CPU seconds of each callable, the tasks run round-robin ``repeat`` times."""
+    ts = {k: [] for k in tasks}
     for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        ts.append(time.perf_counter() - t)
-    return out, statistics.median(ts)
+        for k, fn in tasks.items():
+            t = time.process_time()
+            fn()
+            ts[k].append(time.process_time() - t)
+    return {k: statistics.median(v) for k, v in ts.items()}
 
 
 def make_data(n, seed=0):
@@ -46,7 +55,8 @@ def make_data(n, seed=0):
     return x
 
 
-def co3_roundtrip(x, fmt, coder_id, repeat):
+def co3_ops(x, fmt, coder_id):
+    """(compress, decompress, info) callables for one configuration (kernels compiled)."""
     from co3cli.codec import decode_block, encode_layer, read_co3_setup
     from co3cli.coding import get_coder
     from co3cli.container import Co3Writer, open_co3
@@ -66,21 +76,22 @@ def co3_roundtrip(x, fmt, coder_id, repeat):
         w.close()
         return buf.getvalue()
 
-    def decompress(blob):
+    blob = compress()  # compiles the kernels once
+
+    def decompress():
         co3 = open_co3(io.BytesIO(blob))
         g, c = read_co3_setup(co3.header)
         block = co3.read_layer(0)
         sym = decode_block(block, g, c, x.size)
         return dequantize(sym[0], g, block.scales[0])
 
-    compress()  # compile the kernels once
-    blob, tc = timed(compress, repeat)
-    y, td = timed(lambda: decompress(blob), repeat)
-    return {"bytes": len(blob), "bpe": 8 * len(blob) / x.size, "t_compress": tc, "t_decompress": td,
+    y = decompress()
+    info = {"bytes": len(blob), "bpe": 8 * len(blob) / x.size,
             "decoded_ok": bool(np.isfinite(y).all() and y.shape == x.shape)}
+    return compress, decompress, info
 
 
-def peer_roundtrip(x, repeat, level=3):
+def peer_ops(x, level=3):
     import torch
     import zstandard
 
@@ -93,13 +104,19 @@ def peer_roundtrip(x, repeat, level=3):
         q = (t * s).clamp_(-57344, 57344).to(torch.float8_e5m2)
         return s, cctx.compress(q.view(torch.uint8).numpy().tobytes())
 
-    def decompress(s, blob):
+    s, blob = compress()
+
+    def decompress():
         b = np.frombuffer(dctx.decompress(blob), dtype=np.uint8)
         return (torch.from_numpy(b.copy()).view(torch.float8_e5m2).float() / s).numpy()
 
-    (s, blob), tc = timed(compress, repeat)
-    _, td = timed(lambda: decompress(s, blob), repeat)
-    return {"bytes": len(blob) + 4, "bpe": 8 * (len(blob) + 4) / x.size, "t_compress": tc, "t_decompress": td}
+    decompress()
+    return compress, decompress, {"bytes": len(blob) + 4, "bpe": 8 * (len(blob) + 4) / x.size}
+
+
+CONFIGS = (("fp8-e5m2", "huffman"), ("fp8-e5m2", "ans"), ("fp8-e5m2", "ctx"),
+           ("fp4-co3", "ans"), ("fp4-co3", "huffman"), ("fp4-co3", "ctx"))
+PEER = "peer: torch fp8-e5m2 cast + zstd-3"
 
 
 def main():
@@ -110,29 +127,53 @@ def main():
     args = ap.parse_args()
     import torch
 
+    import co3cli
+
     torch.set_num_threads(1)
     x = make_data(args.n)
     mb = x.nbytes / 1e6
-    peer = peer_roundtrip(x, args.repeat)
+    ops, infos = {}, {}
+    for fmt, coder in CONFIGS:
+        name = f"co3 {fmt} {coder}"
+        c, d, infos[name] = co3_ops(x, fmt, coder)
+        ops[(name, "c")], ops[(name, "d")] = c, d
+    c, d, infos[PEER] = peer_ops(x)
+    ops[(PEER, "c")], ops[(PEER, "d")] = c, d
+    dst = np.empty_like(x)
+    ops[("memcpy", "c")] = lambda: np.copyto(dst, x)
+    t = interleaved(ops, args.repeat)
+    t_mem = t[("memcpy", "c")]
     rows = []
-    for fmt, coder in (("fp8-e5m2", "huffman"), ("fp8-e5m2", "ans"), ("fp8-e5m2", "ctx"),
-                       ("fp4-co3", "ans"), ("fp4-co3", "huffman"), ("fp4-co3", "ctx")):
-        r = co3_roundtrip(x, fmt, coder, args.repeat)
-        rows.append({"config": f"co3 {fmt} {coder}", **r})
-    rows.append({"config": "peer: torch fp8-e5m2 cast + zstd-3", **peer})
-    for r in rows:
+    for name, info in infos.items():
+        r = {"config": name, **info, "t_compress": t[(name, "c")], "t_decompress": t[(name, "d")]}
         r["compress_MBps"] = mb / r["t_compress"]
         r["decompress_MBps"] = mb / r["t_decompress"]
-        r["compress_vs_peer"] = r["compress_MBps"] / (mb / peer["t_compress"])
-        r["decompress_vs_peer"] = r["decompress_MBps"] / (mb / peer["t_decompress"])
+        r["compress_vs_peer"] = t[(PEER, "c")] / r["t_compress"]
+        r["decompress_vs_peer"] = t[(PEER, "d")] / r["t_decompress"]
+        r["compress_vs_memcpy"] = t_mem / r["t_compress"]
+        r["decompress_vs_memcpy"] = t_mem / r["t_decompress"]
+        rows.append(r)
+    fp8 = [r for r in rows if r["config"].startswith("co3 fp8")]
+    best = max(max(r["compress_vs_memcpy"], r["decompress_vs_memcpy"]) for r in fp8)
+    ctx_vs_ans = {fmt: {op: t[(f"co3 {fmt} ctx", op)] / t[(f"co3 {fmt} ans", op)] for op in "cd"}
+                  for fmt in ("fp8-e5m2", "fp4-co3")}
+    summary = {"memcpy_MBps": mb / t_mem, "best_vs_memcpy": best, "ctx_vs_ans": ctx_vs_ans,
+               "co3cli": os.path.dirname(co3cli.__file__)}
     if args.json:
-        print(json.dumps({"n": args.n, "repeat": args.repeat, "rows": rows}, indent=1))
+        print(json.dumps({"n": args.n, "repeat": args.repeat, "rows": rows, **summary}, indent=1))
         return
-    print(f"{args.n} float32 entries ({mb:.0f} MB), one thread, median of {args.repeat}")
-    print(f"{'configuration':<38}{'bpe':>7}{'comp MB/s':>11}{'decomp MB/s':>13}{'comp/peer':>11}{'dec/peer':>10}")
+    print(f"{args.n} float32 entries ({mb:.0f} MB), one thread, process CPU time, median of "
+          f"{args.repeat} interleaved rounds ({summary['co3cli']})")
+    print(f"{'configuration':<38}{'bpe':>7}{'comp MB/s':>11}{'decomp MB/s':>13}{'comp/peer':>11}"
+          f"{'dec/peer':>10}{'comp/memcpy':>13}{'dec/memcpy':>12}")
     for r in rows:
         print(f"{r['config']:<38}{r['bpe']:>7.3f}{r['compress_MBps']:>11.0f}{r['decompress_MBps']:>13.0f}"
-              f"{r['compress_vs_peer']:>11.2f}{r['decompress_vs_peer']:>10.2f}")
+              f"{r['compress_vs_peer']:>11.2f}{r['decompress_vs_peer']:>10.2f}"
+              f"{r['compress_vs_memcpy']:>12.1%}{r['decompress_vs_memcpy']:>12.1%}")
+    print(f"{'memcpy (np.copyto, same bytes)':<38}{'':>7}{mb / t_mem:>11.0f}")
+    print(f"best co3 fp8 path / memcpy: {best:.1%}")
+    for fmt, v in ctx_vs_ans.items():
+        print(f"ctx / ans time, {fmt}: compress {v['c']:.1f}x, decompress {v['d']:.1f}x")
 
 
 if __name__ == "__main__":

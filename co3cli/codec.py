@@ -79,7 +79,7 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
     sym = np.empty(data.shape, dtype=np.uint16)
     counts = np.zeros(grid.nsym, dtype=np.int64)
     for t, row in enumerate(data):
-        sym[t], c = quantize(row, grid, scales[t], with_counts=True)
+        _, c = quantize(row, grid, scales[t], with_counts=True, out=sym[t])
         counts += c
     if table is None:
         weights, meta = tables.model_weights(data, scales, counts, grid, model)
@@ -203,6 +203,8 @@ def iter_decode_block(block, grid, coder, numel: int, shape=None):
 
 def decode_block(block, grid, coder, numel: int, shape=None) -> np.ndarray:
     """Symbols (steps, numel) of one verified layer block."""
+    if len(block.bodies) == 1:  # one step: the decoded row itself, no copy
+        return next(iter_decode_block(block, grid, coder, numel, shape))[None, :]
     sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
     for t, row in enumerate(iter_decode_block(block, grid, coder, numel, shape)):
         sym[t] = row

@@ -10,11 +10,13 @@ midpoint and the neighbours of every tie):
 
 * ``numba`` (default): one fused pass that also counts symbols; exact arithmetic rounding
   (|y| is exact in float64, the quantum is a power of two, ``rint`` rounds half to even);
+  for fp grids inside float32's range a branch-free variant (integer rounding on the bit
+  pattern, selects instead of branches, counts spread over 4 histograms);
 * ``reference``: numpy ``searchsorted`` over the cell edges with explicit tie handling;
 * ``torch``: torch's float8 casts, for ``fp8-e5m2`` and ``fp8-e4m3`` only.
 
 The scale itself (one float32 per tensor, side information) comes from a scale rule of
-:mod:`co3cli.scales`.
+:mod:`co3cli.scales`; :func:`abs_max` is absmax's ``max|x|`` in one read, no temporary.
 
 Reference (floating-point conversion, the "convert" of CO3): Z.-J. Chen, E. E. Hernandez, Y.-C. Huang, S. Rini, "Convert, compress, correct: Three steps
 toward communication-efficient DNN training", arXiv:2203.09044.
@@ -90,6 +92,99 @@ def _get_kernel():
     return _kernel
 
 
+_fp_kernel = None
+
+
+def _get_fp_kernel():
+    """The fp-grid quantizer without data-dependent branches (grids whose normal range lies
+    inside float32's: ``emin >= -126``); same symbols and counts as :func:`_get_kernel`'s."""
+    global _fp_kernel
+    if _fp_kernel is None:
+        from numba import njit
+
+        @njit(cache=True, nogil=True)
+        def quantize_fp_kernel(x, scale, man_bits, emin, kmax, out, counts):
+            """Per block of 4096: ``y = x * scale`` (float32), then the symbol from y's bit
+            pattern: the normal-range rounding of :func:`_get_kernel` (integer add and shift,
+            half to even) or, below ``2**emin``, ``rint(|y| * 2**(M - emin))`` (exact in
+            float32: a power-of-two product), chosen by a select; saturation by ``min``; then
+            the counts, spread over 4 histograms so that runs of one symbol do not serialise
+            on a single counter. Returns the number of non-finite products."""
+            ybuf = np.empty(4096, dtype=np.float32)
+            ubuf = ybuf.view(np.uint32)
+            hist = np.zeros((4, counts.size), dtype=np.int64)
+            sh = np.uint32(23 - man_bits)
+            half = np.uint32((1 << (sh - 1)) - 1)
+            offset = np.int32((127 + emin - 1) << man_bits)
+            sub_mul = np.float32(math.ldexp(1.0, man_bits - emin))
+            lim_b = np.uint32((127 + emin) << 23)  # bit pattern of 2**emin
+            km = np.int32(kmax)
+            bad = 0
+            for start in range(0, x.size, ybuf.size):
+                stop = min(start + ybuf.size, x.size)
+                m = stop - start
+                for j in range(m):
+                    ybuf[j] = x[start + j] * scale  # float32 * float32 -> float32
+                for j in range(m):
+                    u = ubuf[j]
+                    b = u & np.uint32(0x7FFFFFFF)
+                    bad += b >= np.uint32(0x7F800000)
+                    kn = np.int32((np.minimum(b, np.uint32(0x7F800000)) + half
+                                   + ((b >> sh) & np.uint32(1))) >> sh) - offset
+                    ks = np.int32(np.rint(abs(ybuf[j]) * sub_mul))
+                    k = min(ks if b < lim_b else kn, km)
+                    neg = np.int32(u >> np.uint32(31))  # the sign bit: K - k, else K + k
+                    out[start + j] = np.uint16(km + k - 2 * k * neg)
+                for j in range(0, m - 3, 4):
+                    hist[0, out[start + j]] += 1
+                    hist[1, out[start + j + 1]] += 1
+                    hist[2, out[start + j + 2]] += 1
+                    hist[3, out[start + j + 3]] += 1
+                for j in range(m - m % 4, m):
+                    hist[0, out[start + j]] += 1
+            for r in range(4):
+                for c in range(counts.size):
+                    counts[c] += hist[r, c]
+            return bad
+
+        _fp_kernel = quantize_fp_kernel
+    return _fp_kernel
+
+
+_absmax_kernel = None
+
+
+def abs_max(x) -> float:
+    """``float(np.max(np.abs(x)))`` for a non-empty array, in one read of a float32 array
+    (no temporary): the largest ``bits & 0x7FFFFFFF`` is the bit pattern of max|x| (NaN
+    if any entry is NaN, as numpy's). Other dtypes go through numpy."""
+    x = np.asarray(x)
+    if x.dtype != np.float32 or x.size == 0:
+        return float(np.max(np.abs(x)))
+    global _absmax_kernel
+    if _absmax_kernel is None:
+        from numba import njit
+
+        @njit(cache=True, nogil=True)
+        def absmax_kernel(u):
+            """Largest ``u[i] & 0x7FFFFFFF`` (uint32), 8 independent lanes (vectorisable)."""
+            acc = np.zeros(8, dtype=np.uint32)
+            n8 = u.size - u.size % 8
+            for i in range(0, n8, 8):
+                for j in range(8):
+                    acc[j] = max(acc[j], u[i + j] & np.uint32(0x7FFFFFFF))
+            m = np.uint32(0)
+            for j in range(8):
+                m = max(m, acc[j])
+            for i in range(n8, u.size):
+                m = max(m, u[i] & np.uint32(0x7FFFFFFF))
+            return m
+
+        _absmax_kernel = absmax_kernel
+    m = int(_absmax_kernel(np.ascontiguousarray(x).reshape(-1).view(np.uint32)))
+    return float("nan") if m > 0x7F800000 else float(np.uint32(m).view(np.float32))
+
+
 def as_f32_1d(x) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype != np.float32:
@@ -106,16 +201,26 @@ def _check_scale(scale) -> np.float32:
     return s
 
 
-def quantize(x, grid: Grid, scale, *, with_counts: bool = False, path: str = "numba"):
-    """Symbols (uint16) of ``x`` on ``grid`` at ``scale``; optionally also their counts."""
+def quantize(x, grid: Grid, scale, *, with_counts: bool = False, path: str = "numba",
+             out: np.ndarray | None = None):
+    """Symbols (uint16) of ``x`` on ``grid`` at ``scale``; optionally also their counts.
+
+    ``out``: a C-contiguous uint16 array of ``x.size`` entries the numba path writes the
+    symbols into (and returns), saving a copy when the caller keeps them in a larger array."""
     x = as_f32_1d(x)
     s = _check_scale(scale)
     if path == "numba":
-        out = np.empty(x.size, dtype=np.uint16)
+        if out is None:
+            out = np.empty(x.size, dtype=np.uint16)
+        elif out.dtype != np.uint16 or out.shape != (x.size,) or not out.flags.c_contiguous:
+            raise InputError(f"out: need a C-contiguous uint16 array of {x.size} entries")
         counts = np.zeros(grid.nsym, dtype=np.int64)
         is_fp = grid.kind == "fp"
-        bad = _get_kernel()(x, s, is_fp, grid.man_bits if is_fp else 0, grid.emin if is_fp else 0,
-                            grid.K, grid.max_value, out, counts)
+        if is_fp and grid.emin >= -126:
+            bad = _get_fp_kernel()(x, s, grid.man_bits, grid.emin, grid.K, out, counts)
+        else:
+            bad = _get_kernel()(x, s, is_fp, grid.man_bits if is_fp else 0,
+                                grid.emin if is_fp else 0, grid.K, grid.max_value, out, counts)
         if bad:
             raise InputError(f"{bad} non-finite value(s) (NaN/Inf, or overflow of x*scale) "
                              "cannot be quantized")

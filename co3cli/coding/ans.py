@@ -14,6 +14,14 @@ decoder inverts it: ``slot = x % M`` looks up ``s`` in a table of ``M`` entries,
 makes the 32-bit division exact for every precision up to 24 and at most one word moves
 per symbol, so each step has a single, well-predicted branch.
 
+**Kernels.**  The encoder replaces ``x // f`` by an exact reciprocal multiply
+(``mulhi64(x, rcp) >> shift``, Alverson's method as in F. Giesen's rans64;
+:func:`encoder_reciprocals`); the decoder looks ``slot >> (precision - 12)`` up in a
+4096-entry table (32 KiB, in L1) that holds ``(symbol, f, c)`` of the one symbol owning
+the whole bucket, and only for the few shared buckets falls back to the ``M``-entry
+slot table.  Both produce and accept exactly the words described here (the original
+kernels stay as references for the tests).
+
 **Payload** (little-endian uint32 words)::
 
     word 0, word 1   final encoder state (low half, high half)
@@ -151,6 +159,61 @@ def _encode_kernel(sym, freq, cum, precision, out):  # pragma: no cover - compil
     return j - 2
 
 
+@njit(cache=True, nogil=True)
+def _encode_rcp_kernel(sym, freq, rcp, rshift, bias, cmpl, precision, out):  # pragma: no cover
+    """:func:`_encode_kernel` without the 64-bit division (same words out): ``x // f`` is
+    ``mulhi64(x, rcp[s]) >> rshift[s]`` (Alverson's exact reciprocal, as in Giesen's
+    rans64) and the new state ``x + bias[s] + q * (2**precision - f)``; see
+    :func:`encoder_reciprocals`."""
+    nsym = freq.size
+    p = np.uint64(precision)
+    m32 = np.uint64(0xFFFFFFFF)
+    s32 = np.uint64(32)
+    x = np.uint64(STATE_LOW)
+    j = out.size
+    for i in range(sym.size - 1, -1, -1):
+        s = sym[i]
+        if s >= nsym or freq[s] == 0:
+            return -1 - i
+        if x >= np.uint64(freq[s]) << (np.uint64(63) - p):
+            j -= 1
+            out[j] = np.uint32(x & m32)
+            x >>= s32
+        r = rcp[s]
+        alo, ahi, blo, bhi = x & m32, x >> s32, r & m32, r >> s32
+        p1, p2 = alo * bhi, ahi * blo
+        mid = ((alo * blo) >> s32) + (p1 & m32) + (p2 & m32)
+        q = (ahi * bhi + (p1 >> s32) + (p2 >> s32) + (mid >> s32)) >> np.uint64(rshift[s])
+        x = x + bias[s] + q * cmpl[s]
+    out[j - 1] = np.uint32(x >> s32)
+    out[j - 2] = np.uint32(x & m32)
+    return j - 2
+
+
+def encoder_reciprocals(freqs, cum, precision: int):
+    """Per-symbol ``(rcp, rshift, bias, cmpl)`` (uint64, uint8, uint64, uint64) such that
+    ``(x // f) * 2**p + x % f + cum == x + bias + (mulhi64(x, rcp) >> rshift) * cmpl`` for
+    every ``x < 2**64``: for ``f >= 2``, ``rcp = ceil(2**(shift + 63) / f)`` with ``shift =
+    ceil(log2 f)``, ``rshift = shift - 1``; for ``f = 1``, ``rcp = 2**64 - 1`` (the product's
+    high word is ``x - 1``) and ``bias = cum + 2**p - 1``.  Frequency 0: unused zeros."""
+    f = np.asarray(freqs, dtype=np.int64)
+    c = np.asarray(cum, dtype=np.int64)
+    shift = np.zeros(f.size, dtype=np.int64)
+    big = f >= 2
+    shift[big] = np.ceil(np.log2(f[big])).astype(np.int64)
+    shift[big & (np.left_shift(1, shift) < f)] += 1  # guard log2 rounding
+    shift[big & (np.left_shift(1, np.maximum(shift - 1, 0)) >= f)] -= 1
+    fo = f.astype(object)
+    rcp = np.where(big, ((np.left_shift(1, shift).astype(object) << 63) + fo - 1) // np.maximum(fo, 1),
+                   (1 << 64) - 1)
+    rcp = np.where(f > 0, rcp, 0).astype(np.uint64)
+    rshift = np.where(big, shift - 1, 0).astype(np.uint8)
+    bias = np.where(f == 1, c + (1 << precision) - 1, c)
+    bias = np.where(f > 0, bias, 0).astype(np.uint64)
+    cmpl = np.where(f > 0, (1 << precision) - f, 0).astype(np.uint64)
+    return rcp, rshift, bias, cmpl
+
+
 @njit(cache=True)
 def _decode_kernel(words, slot_sym, freq, cum, precision, out):  # pragma: no cover - compiled
     """Decode ``out.size`` symbols; return 0 if the state ends at L with every word read,
@@ -174,6 +237,43 @@ def _decode_kernel(words, slot_sym, freq, cum, precision, out):  # pragma: no co
             x = (x << np.uint64(32)) | np.uint64(words[k])
             k += 1
         out[i] = s
+    return 0 if x == low and k == nw else 2
+
+
+COARSE_BITS = 12
+"""Index width of the rANS decoder's first-level table (2**12 uint64 entries: 32 KiB)."""
+_F_BITS = 25  # a frequency (<= 2**24) or a cumulative start (< 2**24) in a packed entry
+
+
+@njit(cache=True, nogil=True)
+def _decode_coarse_kernel(words, coarse, cshift, slot_sym, packed, precision, out):  # pragma: no cover
+    """:func:`_decode_kernel` with the symbol's ``(sym, f, cum)`` in one load from a small
+    table: ``coarse[slot >> cshift]`` is ``sym << 50 | f << 25 | cum`` when every slot of
+    that bucket belongs to one symbol, else 0, and then (rarely) ``packed[slot_sym[slot]]``
+    gives the same entry.  Same arithmetic, same statuses, same checks."""
+    p = np.uint64(precision)
+    mask = (np.uint64(1) << p) - np.uint64(1)
+    low = np.uint64(STATE_LOW)
+    cs = np.uint64(cshift)
+    fb = np.uint64(_F_BITS)
+    fmask = (np.uint64(1) << fb) - np.uint64(1)
+    x = np.uint64(words[0]) | (np.uint64(words[1]) << np.uint64(32))
+    if x < low or x >= np.uint64(1) << np.uint64(63):
+        return 3
+    k = 2
+    nw = words.size
+    for i in range(out.size):
+        slot = x & mask
+        e = coarse[slot >> cs]
+        if e == 0:
+            e = packed[slot_sym[slot]]
+        x = ((e >> fb) & fmask) * (x >> p) + slot - (e & fmask)
+        if x < low:
+            if k >= nw:
+                return 1
+            x = (x << np.uint64(32)) | np.uint64(words[k])
+            k += 1
+        out[i] = np.uint16(e >> (fb + fb))
     return 0 if x == low and k == nw else 2
 
 
@@ -219,7 +319,7 @@ class AnsTable:
         self._precision = check_precision(precision)
         self._freqs = check_freqs(freqs, self._precision)
         self._cum = (np.cumsum(self._freqs, dtype=np.int64) - self._freqs).astype(np.uint32)
-        self._slot_sym = None
+        self._slot_sym = self._packed = self._rcp = None
 
     @property
     def freqs(self) -> np.ndarray:
@@ -249,11 +349,28 @@ class AnsTable:
             self._slot_sym = np.repeat(np.arange(self.nsym, dtype=np.uint16), self._freqs)
         return self._slot_sym
 
+    def _coarse_tables(self):
+        """``(coarse, cshift, packed)`` for :func:`_decode_coarse_kernel`: ``packed[s] =
+        s << 50 | f << 25 | cum`` (never 0: f >= 1 for a decodable symbol), ``coarse[b]`` the
+        entry of the one symbol owning every slot of bucket ``b`` (0: the bucket is shared)."""
+        if self._packed is None:
+            sym = self._slot_table()
+            fb = np.uint64(_F_BITS)
+            packed = ((np.arange(self.nsym, dtype=np.uint64) << (fb + fb))
+                      | (self._freqs.astype(np.uint64) << fb) | self._cum.astype(np.uint64))
+            cshift = self._precision - min(self._precision, COARSE_BITS)
+            first, last = sym[:: 1 << cshift], sym[(1 << cshift) - 1 :: 1 << cshift]
+            coarse = np.where(first == last, packed[first], np.uint64(0)).astype(np.uint64)
+            self._packed = coarse, cshift, packed
+        return self._packed
+
     def encode(self, sym, cols=None) -> bytes:
         """Encode uint16 symbols; see the module docstring for the payload layout."""
         sym = as_symbols(sym)
         out = np.empty(sym.size + 2, dtype=np.uint32)  # at most one word per symbol
-        start = _encode_kernel(sym, self._freqs, self._cum, self._precision, out)
+        if self._rcp is None:
+            self._rcp = encoder_reciprocals(self._freqs, self._cum, self._precision)
+        start = _encode_rcp_kernel(sym, self._freqs, *self._rcp, self._precision, out)
         if start < 0:
             i = -1 - start
             s = int(sym[i])
@@ -271,8 +388,9 @@ class AnsTable:
             )
         words = np.frombuffer(payload, dtype="<u4").astype(np.uint32)
         out = np.empty(n, dtype=np.uint16)
-        status = _decode_kernel(words, self._slot_table(), self._freqs, self._cum,
-                                self._precision, out)
+        coarse, cshift, packed = self._coarse_tables()
+        status = _decode_coarse_kernel(words, coarse, cshift, self._slot_table(), packed,
+                                       self._precision, out)
         if status:
             why = {
                 1: "ran out of words",

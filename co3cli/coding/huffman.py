@@ -16,6 +16,9 @@ Data flow::
 * **Decoding** is table driven: one table of ``2**width`` entries (``width`` = the longest
   code length in use, at most ``max_len``) maps the next ``width`` bits to
   ``(symbol << 5) | length``; an entry of 0 marks an unused pattern of an incomplete code.
+  In front of it a 12-bit table (16 KiB, in L1) gives one or two whole symbols per lookup
+  (``FAST_BITS``); only codes longer than 12 bits reach the big table.  The encoder writes
+  its words without a branch per word, already in payload byte order.
 
 The decoder proves it consumed exactly the input: the payload must be ``ceil(nbits / 8)``
 bytes, the padding bits zero, no unused pattern may be hit and the ``n`` symbols must end
@@ -46,6 +49,7 @@ Example::
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 from numba import njit
@@ -192,6 +196,39 @@ def _encode_kernel(sym, enc, out):  # pragma: no cover - compiled
     return -1, j, acc & ((np.uint64(1) << np.uint64(nacc)) - np.uint64(1)), nacc
 
 
+@njit(cache=True, nogil=True)
+def _encode_fast_kernel(sym, enc, out, swap):  # pragma: no cover - compiled
+    """:func:`_encode_kernel` without the word-full branch: the 32 bits above the ``nacc``
+    pending ones are stored at ``out[j]`` every symbol and ``j`` advances only when they
+    are complete (``out`` needs one spare word). Same words, same results; with ``swap``
+    each word is stored byte-swapped (a little-endian host's native words are then the
+    big-endian payload bytes, no conversion pass)."""
+    nsym = enc.size
+    m32 = np.uint64(0xFFFFFFFF)
+    acc = np.uint64(0)
+    nacc = np.uint64(0)
+    j = 0
+    for i in range(sym.size):
+        s = sym[i]
+        if s >= nsym:
+            return i, j, acc, nacc
+        e = enc[s]
+        ln = np.uint64(e & 31)
+        if ln == 0:
+            return i, j, acc, nacc
+        acc = (acc << ln) | np.uint64(e >> 5)
+        nacc += ln
+        full = nacc >> np.uint64(5)  # 1 when a word is complete (nacc < 64)
+        nacc -= full << np.uint64(5)
+        w = (acc >> nacc) & m32
+        if swap:
+            w = (((w & np.uint64(0xFF)) << np.uint64(24)) | ((w & np.uint64(0xFF00)) << np.uint64(8))
+                 | ((w >> np.uint64(8)) & np.uint64(0xFF00)) | (w >> np.uint64(24)))
+        out[j] = np.uint32(w)
+        j += np.int64(full)
+    return -1, j, acc & ((np.uint64(1) << nacc) - np.uint64(1)), nacc
+
+
 @njit(cache=True)
 def _decode_kernel(words, dec, width, out):  # pragma: no cover - compiled
     """Decode ``out.size`` symbols from MSB-first uint32 ``words``.
@@ -216,6 +253,92 @@ def _decode_kernel(words, dec, width, out):  # pragma: no cover - compiled
         if ln == 0:
             return -1
         out[i] = e >> 5
+        buf <<= np.uint64(ln)
+        cnt -= ln
+    return 32 * k - cnt
+
+
+FAST_BITS = 12
+"""Index width of the first-level Huffman decode table (2**12 uint32 entries: 16 KiB, in L1)."""
+
+
+@njit(cache=True, nogil=True)
+def _decode_fast_kernel(words, fast, fbits, dec, width, out):  # pragma: no cover - compiled
+    """:func:`_decode_kernel` with a two-level table: ``fast`` (``2**fbits`` entries, the
+    next ``fbits`` bits) resolves every code of at most ``fbits`` bits; its entry 0 sends
+    the rare longer code to the full ``2**width`` table ``dec`` (where 0 still marks an
+    unused pattern). The buffer is refilled (32 bits, zeros past the end as before) only
+    when it holds fewer than 32 bits, so for ``width <= 16`` two symbols are decoded per
+    refill test. Bits consumed = ``32 * refills - bits left``: same results, same checks."""
+    nw = words.size
+    w64 = np.uint64(64 - width)
+    f64 = np.uint64(64 - fbits)
+    buf = np.uint64(0)
+    cnt = 0  # valid bits at the top of buf
+    k = 0
+    n = out.size
+    step = 2 if width <= 16 else 1
+    i = 0
+    while i < n:
+        if cnt < 32:
+            if k < nw:
+                buf |= np.uint64(words[k]) << np.uint64(32 - cnt)
+            k += 1
+            cnt += 32
+        for _ in range(min(step, n - i)):
+            e = fast[buf >> f64]
+            if e == 0:
+                e = dec[buf >> w64]
+                if e & 31 == 0:
+                    return -1
+            ln = e & 31
+            out[i] = e >> 5
+            i += 1
+            buf <<= np.uint64(ln)
+            cnt -= ln
+    return 32 * k - cnt
+
+
+@njit(cache=True, nogil=True)
+def _decode_pair_kernel(words, pair, fbits, fast, dec, width, out):  # pragma: no cover
+    """:func:`_decode_fast_kernel` decoding up to two symbols per lookup: ``pair[i]`` (the
+    next ``fbits`` bits) is ``s1 | s2 << 12 | bits << 24 | count << 30``, ``count`` (1 or 2)
+    symbols whose codes fill ``bits <= fbits`` real bits (0: the first code is longer: the
+    two-level single-symbol path).  ``out`` has one spare entry at the end (the second
+    symbol is always stored, then overwritten or dropped); the last symbol is decoded
+    alone, so exactly ``out.size - 1`` symbols are decoded.  Same bit count, same checks."""
+    nw = words.size
+    w64 = np.uint64(64 - width)
+    f64 = np.uint64(64 - fbits)
+    buf = np.uint64(0)
+    cnt = 0
+    k = 0
+    n = out.size - 1
+    i = 0
+    while i < n:
+        if cnt < 32:
+            if k < nw:
+                buf |= np.uint64(words[k]) << np.uint64(32 - cnt)
+            k += 1
+            cnt += 32
+        if i + 1 < n:
+            e = pair[buf >> f64]
+            if e != 0:
+                out[i] = e & 0xFFF
+                out[i + 1] = (e >> 12) & 0xFFF
+                ln = (e >> 24) & 31
+                i += e >> 30
+                buf <<= np.uint64(ln)
+                cnt -= ln
+                continue
+        e = fast[buf >> f64]
+        if e == 0:
+            e = dec[buf >> w64]
+            if e & 31 == 0:
+                return -1
+        ln = e & 31
+        out[i] = e >> 5
+        i += 1
         buf <<= np.uint64(ln)
         cnt -= ln
     return 32 * k - cnt
@@ -267,7 +390,8 @@ class HuffmanTable:
         codes = start >> (self._width - ls)
         self._enc = np.zeros(ln.size, dtype=np.uint32)
         self._enc[order] = (codes << 5) | ls
-        self._order, self._span, self._dec = order, span, None
+        self._order, self._span, self._dec, self._fast = order, span, None, None
+        self._pair = None
         self._min_len = int(ls[0])
 
     # -- properties -----------------------------------------------------------------
@@ -299,12 +423,40 @@ class HuffmanTable:
             self._dec = dec
         return self._dec
 
+    def _fast_table(self) -> tuple[np.ndarray, int]:
+        """First-level table: entry ``i`` of the full table at ``i << (width - fbits)``,
+        0 where the code there is longer than ``fbits`` (or the pattern unused)."""
+        if self._fast is None:
+            fbits = min(self._width, FAST_BITS)
+            fast = self._decode_table()[:: 1 << (self._width - fbits)].copy()
+            fast[(fast & 31) > fbits] = 0
+            self._fast = fast, fbits
+        return self._fast
+
+    def _pair_table(self) -> np.ndarray:
+        """:func:`_decode_pair_kernel`'s table: the first code of each ``fbits``-bit pattern
+        and, when the rest of the pattern holds a whole second code, that one too."""
+        if self._pair is None:
+            fast, fbits = self._fast_table()
+            idx = np.arange(fast.size, dtype=np.int64)
+            l1 = (fast & 31).astype(np.int64)
+            e2 = fast[(idx << l1) & (fast.size - 1)]
+            l2 = (e2 & 31).astype(np.int64)
+            two = (l1 > 0) & (l2 > 0) & (l1 + l2 <= fbits)
+            count = np.where(two, 2, 1)
+            bits = np.where(two, l1 + l2, l1)
+            pair = ((fast >> 5).astype(np.int64) | (np.where(two, e2 >> 5, 0).astype(np.int64) << 12)
+                    | (bits << 24) | (count << 30))
+            self._pair = np.where(l1 > 0, pair, 0).astype(np.uint32)
+        return self._pair
+
     # -- coding ---------------------------------------------------------------------
     def encode(self, sym) -> tuple[bytes, int]:
         """Encode uint16 symbols; return ``(payload, nbits)``, payload = ceil(nbits/8) bytes."""
         sym = as_symbols(sym)
         out = np.empty(sym.size * self._width // 32 + 1, dtype=np.uint32)
-        status, nw, tail, tail_bits = _encode_kernel(sym, self._enc, out)
+        swap = sys.byteorder == "little"
+        status, nw, tail, tail_bits = _encode_fast_kernel(sym, self._enc, out, swap)
         if status >= 0:
             s = int(sym[status])
             why = f">= nsym={self.nsym}" if s >= self.nsym else "has code length 0"
@@ -312,7 +464,8 @@ class HuffmanTable:
         tail_bits = int(tail_bits)
         nbytes_tail = (tail_bits + 7) // 8
         tail_word = int(tail) << (8 * nbytes_tail - tail_bits)
-        payload = out[:nw].astype(">u4").tobytes() + tail_word.to_bytes(nbytes_tail, "big")
+        words = out[:nw] if swap else out[:nw].astype(">u4")  # big-endian bytes either way
+        payload = words.tobytes() + tail_word.to_bytes(nbytes_tail, "big")
         return payload, 32 * int(nw) + tail_bits
 
     def decode(self, payload: bytes, nbits: int, n: int) -> np.ndarray:
@@ -334,8 +487,11 @@ class HuffmanTable:
             raise CorruptDataError("Huffman payload: padding bits after nbits are not zero")
         padded = payload + bytes(-len(payload) % 4)
         words = np.frombuffer(padded, dtype=">u4").astype(np.uint32)
-        out = np.empty(n, dtype=np.uint16)
-        used = _decode_kernel(words, self._decode_table(), self._width, out)
+        out = np.empty(n + 1, dtype=np.uint16)  # one spare entry: the pair decoder's
+        fast, fbits = self._fast_table()
+        used = _decode_pair_kernel(words, self._pair_table(), fbits, fast, self._decode_table(),
+                                   self._width, out)
+        out = out[:n]
         if used < 0:
             raise CorruptDataError("Huffman payload: hit an unused code pattern")
         if used != nbits:
