@@ -94,9 +94,17 @@ def fit_sample(x: np.ndarray, limit: int = FIT_SAMPLE) -> np.ndarray:
     """
     if x.size <= limit:
         return x
-    idx = np.random.default_rng(0x5EED).integers(0, x.size, size=limit)
-    idx.sort()  # memory order: a faster gather
-    return x[idx]
+    return x[_sample_indices(x.size, limit)]
+
+
+@lru_cache(maxsize=16)  # at most 16 x 2 MB; a layer's refits and steps reuse one draw
+def _sample_indices(size: int, limit: int) -> np.ndarray:
+    """fit_sample's indices for a tensor of ``size`` entries: sorted (memory order, a faster
+    gather), read-only; they depend on nothing but (size, limit), so they are drawn once."""
+    idx = np.random.default_rng(0x5EED).integers(0, size, size=limit)
+    idx.sort()
+    idx.flags.writeable = False
+    return idx
 
 
 def _to_f32_scale(s: float) -> np.float32:

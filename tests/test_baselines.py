@@ -387,3 +387,24 @@ def test_corrupt_specifics():
         get_compressor("tinyscript", bits=1).decompress(b"\x07" + b"\x00" * 5, 4, {})
     with pytest.raises(CorruptDataError, match="levels"):
         get_compressor("tinyscript", bits=1).decompress(b"\x00\x00\x00\x80\xbf\x00", 4, {})
+
+
+def test_co3_fits_its_table_to_a_sample_of_fit_entries(monkeypatch):
+    """The refit's model sees at most ``fit_entries`` entries; the table still codes them all."""
+    import co3cli.tables
+
+    seen = []
+    real = co3cli.tables.model_weights
+
+    def spy(data, *a, **k):
+        seen.append(data.shape)
+        return real(data, *a, **k)
+
+    monkeypatch.setattr(co3cli.tables, "model_weights", spy)
+    v = np.random.default_rng(0).laplace(size=50_000).astype(np.float32)
+    c = get_compressor("co3", format="fp8-e5m2", fit_entries=4096)
+    pkt = c.compress(v, {}, None)
+    assert seen == [(1, 4096)]
+    assert np.array_equal(c.decompress(pkt.payload, v.size, {}), pkt.v_hat)
+    with pytest.raises(InputError, match="fit_entries"):
+        get_compressor("co3", fit_entries=10)

@@ -19,7 +19,10 @@ The sender refits the symbol model (``model``, any of :data:`co3cli.tables.TABLE
 gennorm-zi by default) and the scale rule every ``refit_every`` calls and sends the new table
 once; in between, the scale follows the gradient's magnitude (``scale = s_fit * rms_fit / rms``:
 every scale rule is scale-equivariant) and the table is reused. A symbol the table cannot code
-forces a refit. A refit whose scale rule fell back to another (:class:`co3cli.scales.ScaleResult`:
+forces a refit. The model is fitted to a deterministic sample of ``fit_entries`` entries
+(16,384 by default; the table still covers every symbol of the full counts): on the bundled
+MNIST dump that changes the payload by -0.001 % (fp8) / -0.009 % (fp4) against a fit to every
+entry and makes a refit ~3x cheaper. A refit whose scale rule fell back to another (:class:`co3cli.scales.ScaleResult`:
 ``co3-poly`` outside its beta range) sets ``Packet.scale_fallbacks`` and counts in the sender
 state's ``"scale_fallbacks"`` (its last reason in ``"scale_fallback_reason"``).
 
@@ -50,7 +53,7 @@ class CO3(Compressor):
     id = "co3"
     receiver_state = True
     PARAMS = {"format": "fp8-e5m2", "scale": None, "coder": "ans", "model": "gennorm-zi",
-              "refit_every": 10}
+              "refit_every": 10, "fit_entries": 1 << 14}
 
     def check(self) -> None:
         from co3cli.formats import get_grid
@@ -59,6 +62,7 @@ class CO3(Compressor):
 
         p = self.params
         check_int("refit_every", p["refit_every"], lo=1, who="co3: ")
+        check_int("fit_entries", p["fit_entries"], lo=256, who="co3: ")
         try:
             self.grid = get_grid(p["format"])
             self.coder = CODERS.build(p["coder"])
@@ -71,7 +75,7 @@ class CO3(Compressor):
     def _refit(self, v: np.ndarray, state: dict, rms: float) -> tuple[bytes, int]:
         """New scale and table in ``state``; the table's bytes and 1 if the scale rule fell back."""
         from co3cli.quantize import quantize
-        from co3cli.scales import scale_info
+        from co3cli.scales import fit_sample, scale_info
         from co3cli.tables import model_weights
 
         info = scale_info(v, self.grid, self.params["scale"])
@@ -80,7 +84,10 @@ class CO3(Compressor):
             state["scale_fallbacks"] = state.get("scale_fallbacks", 0) + 1
             state["scale_fallback_reason"] = info.reason
         _, counts = quantize(v, self.grid, scale, with_counts=True)
-        weights, _ = model_weights(v[None, :], np.array([scale], np.float32), counts,
+        # the model is fitted to a deterministic sample (``fit_entries``), the table covers
+        # every symbol of the full counts: a refit round costs a few normal rounds, not ten
+        sample = fit_sample(v, self.params["fit_entries"])
+        weights, _ = model_weights(sample[None, :], np.array([scale], np.float32), counts,
                                    self.grid, self.params["model"])
         table = self.coder.table_from_weights(weights)
         state.update(table=table, scale_fit=float(scale), rms_fit=rms, calls=0)
