@@ -6,6 +6,8 @@ Dumps (written to a temp dir):
 
 * ``8x1e6``: 8 layers x 1 step x 10**6 entries (GenNorm beta 0.9, 15 % zeros): layers in parallel;
 * ``8x4x250k``: 8 layers x 4 steps x 250 000 entries: layers and steps in parallel;
+* ``200x1e3``: 200 layers x 1 step x 1000 entries (BatchNorm/bias-like): the fixed cost per
+  layer, with the CPU per layer in the table;
 * ``mnist5k-mlp``: the bundled dump (6 layers x 16 steps, one layer holds 92 % of the entries):
   that layer's steps in parallel.
 
@@ -56,8 +58,8 @@ def make_dumps(tmp: Path) -> dict[str, Path]:
 
     rng = np.random.default_rng(0)
     out = {}
-    for name, (layers, steps, numel) in {"8x1e6": (8, 1, 10**6),
-                                         "8x4x250k": (8, 4, 250_000)}.items():
+    for name, (layers, steps, numel) in {"8x1e6": (8, 1, 10**6), "8x4x250k": (8, 4, 250_000),
+                                         "200x1e3": (200, 1, 1000)}.items():
         path = tmp / f"{name}.h5"
         write_dump(path, {f"layer{i}.weight": (gn(rng, steps, numel), (numel,))
                           for i in range(layers)}, steps=np.arange(steps))
@@ -79,7 +81,8 @@ def bench(src: Path, tmp: Path, coder: str, threads: int, repeat: int) -> list[d
     compress(src, ref, coder=coder, threads=1)  # warm the kernels; the reference bytes
     decompress(ref, tmp / "ref.h5", threads=1)
     ref_bytes, ref_h5 = ref.read_bytes(), (tmp / "ref.h5").read_bytes()
-    entries = sum(lay["entries"] for lay in compress(src, ref, coder=coder, threads=1).layers)
+    layers = compress(src, ref, coder=coder, threads=1).layers
+    entries = sum(lay["entries"] for lay in layers)
     rows = []
     for step in ("compress", "decompress"):
         times = {1: [], threads: []}
@@ -100,6 +103,7 @@ def bench(src: Path, tmp: Path, coder: str, threads: int, repeat: int) -> list[d
         speedups = [a[0] / b[0] for a, b in zip(times[1], times[threads])]
         rows.append({
             "dump": src.stem, "coder": coder, "step": step, "entries": entries,
+            "layers": len(layers),
             "threads": threads, "repeat": repeat,
             "wall_1": statistics.median(w for w, _ in times[1]),
             "wall_n": statistics.median(w for w, _ in times[threads]),
@@ -126,14 +130,15 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "1-minute load average over the pairs (min..max); identical = every output byte-equal "
         "to the threads=1 output.", "",
         f"| dump | coder | step | entries | wall 1 s | wall {n} s | speed-up | min..max | "
-        f"CPU 1 s | CPU {n} s | load | identical |",
-        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---|",
+        f"CPU 1 s | CPU {n} s | CPU/layer ms 1, {n} | load | identical |",
+        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['dump']} | {r['coder']} | {r['step']} | {r['entries']} | {r['wall_1']:.3f} | "
             f"{r['wall_n']:.3f} | **{r['speedup']:.2f}x** | {r['speedup_min']:.2f}..{r['speedup_max']:.2f} | "
-            f"{r['cpu_1']:.3f} | {r['cpu_n']:.3f} | {r['load_min']:.1f}..{r['load_max']:.1f} | "
+            f"{r['cpu_1']:.3f} | {r['cpu_n']:.3f} | {1e3 * r['cpu_1'] / r['layers']:.2f}, "
+            f"{1e3 * r['cpu_n'] / r['layers']:.2f} | {r['load_min']:.1f}..{r['load_max']:.1f} | "
             f"{r['identical']} |")
     lines += ["", meta.get("notes", "")]
     return "\n".join(lines).rstrip() + "\n"
@@ -144,7 +149,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--coders", default="ans,huffman")
-    ap.add_argument("--dumps", default="8x1e6,8x4x250k,mnist5k-mlp")
+    ap.add_argument("--dumps", default="8x1e6,8x4x250k,mnist5k-mlp,200x1e3")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/results")
     args = ap.parse_args()

@@ -110,7 +110,10 @@ class Workers:
 
     def __init__(self, threads: int = 1):
         self.threads = check_int("threads", threads, lo=1)
-        self._pool = ThreadPoolExecutor(self.threads, "co3-worker") if self.threads > 1 else None
+        self._pool = None
+        if self.threads > 1:
+            _heap_for_threads()
+            self._pool = ThreadPoolExecutor(self.threads, "co3-worker")
         self._stop = threading.Event()
 
     def submit(self, fn, *args) -> Future:
@@ -161,6 +164,33 @@ def map_rows(workers: Workers | None, steps: int, numel: int, fn) -> list:
     return workers.run([lambda lo=lo, hi=hi: fn(lo, hi) for lo, hi in zip(cuts, cuts[1:])])
 
 
+def _heap_for_threads() -> None:
+    """Make glibc ``malloc`` map every block of ``MMAP_THRESHOLD`` bytes or more on its own
+    (``mallopt(M_MMAP_THRESHOLD)``, once per process; elsewhere nothing), so freeing it gives
+    it back to the system.
+
+    Each thread allocates from an arena of its own and memory freed in one arena is not reused
+    by another; with glibc's default (a threshold that rises to the largest block freed, up to
+    32 MiB) the big per-layer buffers would stay in every worker's arena in turn, and peak
+    memory would grow with the layer count. Fixing the threshold also ends that adjustment for
+    the rest of the process (blocks of 4 MiB or more are mapped fresh: a page fault per 4 KiB,
+    about 1 % of coding them)."""
+    global _heap_set
+    if _heap_set:
+        return
+    _heap_set = True
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+_heap_set = False
+MMAP_THRESHOLD = 4 << 20
+
+
 def pipeline(items, read, work, write, nbytes, workers: Workers) -> None:
     """``write(work(read(item)))`` for each item, written in order; ``work`` runs on the
     workers while the main thread reads ahead and writes, with at most ``INFLIGHT_BYTES``
@@ -175,6 +205,7 @@ def pipeline(items, read, work, write, nbytes, workers: Workers) -> None:
             fut, done = pending.popleft()
             write(fut.result())
             held -= done
+            del fut
         try:
             data = read(item)
         except Exception as e:
