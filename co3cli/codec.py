@@ -102,10 +102,12 @@ class Workers:
     """``threads`` threads that code layers and chunks of rows (1: none, everything inline).
 
     :meth:`submit` starts a job and returns its future; :meth:`run` runs zero-argument tasks and
-    returns their results in order: the caller runs the first itself and takes back every later
-    one no thread has started, so a job waiting on its tasks never deadlocks the pool and no
-    thread idles while work is queued. An error is raised where a serial loop would raise it
-    (the first in order). :meth:`close` cancels what has not started and waits for the rest.
+    returns their results in order: the caller runs the first itself, then takes back every
+    later one no thread has started, and only then waits for those others run; so a job waiting
+    on its tasks never deadlocks the pool (it waits only on running tasks, which wait on
+    nothing) and no thread idles while work is queued. The error raised is the first in order,
+    the one a serial loop would raise (after a failure no further task is taken back).
+    :meth:`close` cancels what has not started and waits for what runs.
     """
 
     def __init__(self, threads: int = 1):
@@ -127,19 +129,38 @@ class Workers:
         return fut
 
     def run(self, tasks: list) -> list:
+        if self._stop.is_set():
+            raise _Stopped()
         if self._pool is None or len(tasks) < 2:
             return [task() for task in tasks]
         futs = [self._pool.submit(task) for task in tasks[1:]]
+        done: dict[int, tuple[bool, object]] = {}  # index -> (ok, result or exception)
+
+        def settle(i, fn):
+            try:
+                done[i] = (True, fn())
+            except Exception as e:  # noqa: BLE001 - re-raised below, in order
+                done[i] = (False, e)
+
         try:
-            out = [tasks[0]()]
-            for fut, task in zip(futs, tasks[1:]):
-                if self._stop.is_set():
-                    raise _Stopped()
-                out.append(task() if fut.cancel() else fut.result())
-            return out
+            settle(0, tasks[0])
+            for i, fut in enumerate(futs, 1):  # take back all that no thread has started
+                if not done[max(done)][0] or self._stop.is_set():
+                    break
+                if fut.cancel():
+                    settle(i, tasks[i])
+            for i, fut in enumerate(futs, 1):  # then wait for those that others run
+                if i not in done and fut.cancel() is False:
+                    settle(i, fut.result)
         finally:
             for fut in futs:
                 fut.cancel()
+        for i in range(len(tasks)):
+            if i in done and not done[i][0]:
+                raise done[i][1]
+        if len(done) < len(tasks):
+            raise _Stopped()
+        return [done[i][1] for i in range(len(tasks))]
 
     def close(self) -> None:
         self._stop.set()
@@ -201,8 +222,8 @@ def pipeline(items, read, work, write, nbytes, workers: Workers) -> None:
     held = 0
     for item in items:
         size = nbytes(item)
-        while pending and held + size > budget:
-            fut, done = pending.popleft()
+        while pending and (held + size > budget or pending[0][0].done()):
+            fut, done = pending.popleft()  # the oldest: when the budget is full, or finished
             write(fut.result())
             held -= done
             del fut
