@@ -79,6 +79,8 @@ class CodecResult:
 
 INFLIGHT_BYTES = 32 << 20  # float32 bytes of layers read and not yet written, beyond the first
 CHUNK_ENTRIES = 1 << 16  # a layer's rows are shared among threads in chunks of at least this
+SMALL_LAYER_BYTES = 1 << 18  # smaller layers are coded by the main thread (their cost is
+# Python under the GIL: on a thread they only contend for it)
 
 
 def default_threads() -> int:
@@ -212,11 +214,15 @@ _heap_set = False
 MMAP_THRESHOLD = 4 << 20
 
 
+_INLINE = Workers(1)
+
+
 def pipeline(items, read, work, write, nbytes, workers: Workers) -> None:
     """``write(work(read(item)))`` for each item, written in order; ``work`` runs on the
     workers while the main thread reads ahead and writes, with at most ``INFLIGHT_BYTES``
-    (``nbytes(item)`` each) read and not yet written beyond the oldest (none with one thread).
-    An error reading an item is raised after the items before it (theirs first)."""
+    (``nbytes(item)`` each) read and not yet written beyond the oldest (none with one thread);
+    an item under ``SMALL_LAYER_BYTES`` is worked in the main thread, in turn. An error
+    reading an item is raised after the items before it (theirs first)."""
     budget = INFLIGHT_BYTES if workers.threads > 1 else 0
     pending: deque = deque()
     held = 0
@@ -234,7 +240,8 @@ def pipeline(items, read, work, write, nbytes, workers: Workers) -> None:
             fut.set_exception(e)
             pending.append((fut, 0))
             break
-        pending.append((workers.submit(work, data), size))
+        job = workers.submit if size >= SMALL_LAYER_BYTES else _INLINE.submit
+        pending.append((job(work, data), size))
         held += size
         del data
     while pending:

@@ -47,6 +47,7 @@ def many(tmp_path):
 def regime(request, monkeypatch):
     """chunked: rows in chunks of 64+ entries, layers one at a time; whole: every layer a job
     of its own, all in flight at once."""
+    monkeypatch.setattr(codec, "SMALL_LAYER_BYTES", 0)  # every layer a job on the pool
     if request.param == "chunked":
         monkeypatch.setattr(codec, "CHUNK_ENTRIES", 64)
         monkeypatch.setattr(codec, "INFLIGHT_BYTES", 0)
