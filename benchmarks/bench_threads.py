@@ -157,8 +157,10 @@ NOTES = """What bounds the speed-up, by construction (`co3cli/codec.py`):
 - One-step layers: a step is one coder payload, so a single-step layer is coded by one thread
   (`8x1e6` runs two layers at a time instead).
 - Small layers (`200x1e3`): the per-layer cost is Python under the GIL (table normalisation
-  `ans.quantize_freqs`, the fit's scalar loop), so threads do not shorten it; the CPU per layer
-  column is the fixed cost the small-layers row of issue 13 asks to cut to 0.3 ms.
+  `ans.quantize_freqs`, the fit's scalar loop), so threads cannot shorten it; layers under
+  `SMALL_LAYER_BYTES` (256 KB) are coded by the main thread (on the pool two such layers only
+  fought for the GIL: 0.6x, twice the CPU). The CPU per layer column is the fixed cost the
+  small-layers row of issue 13 asks to cut to 0.3 ms.
 - Outputs are byte-identical for every thread count in every run (the `identical` column;
   also `tests/test_threads.py`)."""
 
