@@ -7,13 +7,30 @@
 Lossless means ``decompress(compress(x)) == dequantize(quantize(x))`` bit for bit.
 Memory stays at a few times the largest layer, whatever the dump's total size.
 
+Threads (``threads``, default: every core this process may run on; 1: no threads, all inline)::
+
+    main thread:  read layer i ──submit──▶ pool ··· result of layer i-k ──▶ write, in layer order
+    pool:         layer job: rows [scale + quantize + count] ─▶ fit + table ─▶ rows [encode]
+                  (a layer's rows are cut into chunks that other threads take; decode likewise)
+
+The main thread alone touches HDF5 and the output file; workers only compute (the numba kernels
+release the GIL, as numpy does). Layers read but not yet written hold at most ``INFLIGHT_BYTES``
+of float32 beyond the first, so a big layer is coded alone (its rows shared among the threads)
+and memory stays that of one layer at a time. Every row is coded by the same function whatever
+the thread count, and layers are written in order, so the output is byte-identical for any
+``threads``; the first error in layer (and row) order is the one raised, as with one thread.
+
 Reference: Z.-J. Chen, E. E. Hernandez, Y.-C. Huang, S. Rini, "DNN gradient lossless compression: Can
 GenNorm be the answer?", ICC 2022, arXiv:2111.07599 (the model-based code the tables implement).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +38,7 @@ import numpy as np
 from co3cli import __version__
 from co3cli import codebook as cb
 from co3cli import tables
+from co3cli.checks import check_int
 from co3cli.coding import coder_from_config, get_coder, row_length
 from co3cli.container import Co3Writer, open_co3
 from co3cli.errors import CorruptDataError, InputError
@@ -59,8 +77,179 @@ class CodecResult:
                 "layers": self.layers}
 
 
+INFLIGHT_BYTES = 32 << 20  # float32 bytes of layers read and not yet written, beyond the first
+CHUNK_ENTRIES = 1 << 16  # a layer's rows are shared among threads in chunks of at least this
+SMALL_LAYER_BYTES = 1 << 18  # smaller layers are coded by the main thread (their cost is
+# Python under the GIL: on a thread they only contend for it)
+
+
+def default_threads() -> int:
+    """Every core this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
+def check_threads(threads) -> int:
+    """``threads`` checked (an integer >= 1); None: :func:`default_threads`."""
+    return default_threads() if threads is None else check_int("threads", threads, lo=1)
+
+
+class _Stopped(Exception):
+    """A task that found its pool closing (its result is never read)."""
+
+
+class Workers:
+    """``threads`` threads that code layers and chunks of rows (1: none, everything inline).
+
+    :meth:`submit` starts a job and returns its future; :meth:`run` runs zero-argument tasks and
+    returns their results in order: the caller runs the first itself, then takes back every
+    later one no thread has started, and only then waits for those others run; so a job waiting
+    on its tasks never deadlocks the pool (it waits only on running tasks, which wait on
+    nothing) and no thread idles while work is queued. The error raised is the first in order,
+    the one a serial loop would raise (after a failure no further task is taken back).
+    :meth:`close` cancels what has not started and waits for what runs.
+    """
+
+    def __init__(self, threads: int = 1):
+        self.threads = check_int("threads", threads, lo=1)
+        self._pool = None
+        if self.threads > 1:
+            _heap_for_threads()
+            self._pool = ThreadPoolExecutor(self.threads, "co3-worker")
+        self._stop = threading.Event()
+
+    def submit(self, fn, *args) -> Future:
+        if self._pool is not None:
+            return self._pool.submit(fn, *args)
+        fut = Future()
+        try:
+            fut.set_result(fn(*args))
+        except Exception as e:  # raised by fut.result(), in order, like a worker's
+            fut.set_exception(e)
+        return fut
+
+    def run(self, tasks: list) -> list:
+        if self._stop.is_set():
+            raise _Stopped()
+        if self._pool is None or len(tasks) < 2:
+            return [task() for task in tasks]
+        futs = [self._pool.submit(task) for task in tasks[1:]]
+        done: dict[int, tuple[bool, object]] = {}  # index -> (ok, result or exception)
+
+        def settle(i, fn):
+            try:
+                done[i] = (True, fn())
+            except Exception as e:  # noqa: BLE001 - re-raised below, in order
+                done[i] = (False, e)
+
+        try:
+            settle(0, tasks[0])
+            for i, fut in enumerate(futs, 1):  # take back all that no thread has started
+                if not done[max(done)][0] or self._stop.is_set():
+                    break
+                if fut.cancel():
+                    settle(i, tasks[i])
+            for i, fut in enumerate(futs, 1):  # then wait for those that others run
+                if i not in done and fut.cancel() is False:
+                    settle(i, fut.result)
+        finally:
+            for fut in futs:
+                fut.cancel()
+        for i in range(len(tasks)):
+            if i in done and not done[i][0]:
+                raise done[i][1]
+        if len(done) < len(tasks):
+            raise _Stopped()
+        return [done[i][1] for i in range(len(tasks))]
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def map_rows(workers: Workers | None, steps: int, numel: int, fn) -> list:
+    """``[fn(lo, hi), ...]`` over contiguous row ranges covering ``range(steps)``, in order:
+    one range without workers (or for a small layer), else chunks of at least
+    ``CHUNK_ENTRIES`` entries, up to four per thread."""
+    n = 1 if workers is None else min(steps, 4 * workers.threads, steps * numel // CHUNK_ENTRIES)
+    if n <= 1:
+        return [fn(0, steps)]
+    cuts = [steps * k // n for k in range(n + 1)]
+    return workers.run([lambda lo=lo, hi=hi: fn(lo, hi) for lo, hi in zip(cuts, cuts[1:])])
+
+
+def _heap_for_threads() -> None:
+    """Make glibc ``malloc`` map every block of ``MMAP_THRESHOLD`` bytes or more on its own
+    (``mallopt(M_MMAP_THRESHOLD)``, once per process; elsewhere nothing), so freeing it gives
+    it back to the system.
+
+    Each thread allocates from an arena of its own and memory freed in one arena is not reused
+    by another; with glibc's default (a threshold that rises to the largest block freed, up to
+    32 MiB) the big per-layer buffers would stay in every worker's arena in turn, and peak
+    memory would grow with the layer count. Fixing the threshold also ends that adjustment for
+    the rest of the process (blocks of 4 MiB or more are mapped fresh: a page fault per 4 KiB,
+    about 1 % of coding them)."""
+    global _heap_set
+    if _heap_set:
+        return
+    _heap_set = True
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+_heap_set = False
+MMAP_THRESHOLD = 4 << 20
+
+
+_INLINE = Workers(1)
+
+
+def pipeline(items, read, work, write, nbytes, workers: Workers) -> None:
+    """``write(work(read(item)))`` for each item, written in order; ``work`` runs on the
+    workers while the main thread reads ahead and writes, with at most ``INFLIGHT_BYTES``
+    (``nbytes(item)`` each) read and not yet written beyond the oldest (none with one thread);
+    an item under ``SMALL_LAYER_BYTES`` is worked in the main thread, in turn. An error
+    reading an item is raised after the items before it (theirs first)."""
+    budget = INFLIGHT_BYTES if workers.threads > 1 else 0
+    pending: deque = deque()
+    held = 0
+    for item in items:
+        size = nbytes(item)
+        while pending and (held + size > budget or pending[0][0].done()):
+            fut, done = pending.popleft()  # the oldest: when the budget is full, or finished
+            write(fut.result())
+            held -= done
+            del fut
+        try:
+            data = read(item)
+        except Exception as e:
+            fut = Future()
+            fut.set_exception(e)
+            pending.append((fut, 0))
+            break
+        job = workers.submit if size >= SMALL_LAYER_BYTES else _INLINE.submit
+        pending.append((job(work, data), size))
+        held += size
+        del data
+    while pending:
+        write(pending.popleft()[0].result())
+
+
 def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="gennorm-zi",
-                 table=None, shape=None) -> EncodedLayer:
+                 table=None, shape=None, workers: Workers | None = None) -> EncodedLayer:
     """Quantize and entropy-code a (steps, numel) float32 layer.
 
     ``table`` reuses a saved codebook table; otherwise one is built from ``model`` fitted to
@@ -69,18 +258,26 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
     fall back (``scales.GUARDED_RULES``: ``co3-poly``, ``gennorm-mse``) the metadata of a layer
     where it did records how many steps' scales came from the fallback (``scale_fallbacks``;
     ``scale_fallback``: the first 64 such steps, the rule used and why; absent: none did, so
-    files without a fallback keep their bytes), which ``co3 inspect`` shows.
+    files without a fallback keep their bytes), which ``co3 inspect`` shows. ``workers`` share
+    the rows (scale, quantize, encode) among threads; the result is the same without.
     """
     from co3cli.quantize import quantize
     from co3cli.scales import scale_info
 
-    infos = [scale_info(row, grid, scale_rule) for row in data]
-    scales = np.array([i.scale for i in infos], dtype=np.float32)
     sym = np.empty(data.shape, dtype=np.uint16)
-    counts = np.zeros(grid.nsym, dtype=np.int64)
-    for t, row in enumerate(data):
-        _, c = quantize(row, grid, scales[t], with_counts=True, out=sym[t])
-        counts += c
+
+    def quantize_rows(lo, hi):
+        infos = [scale_info(row, grid, scale_rule) for row in data[lo:hi]]
+        counts = np.zeros(grid.nsym, dtype=np.int64)
+        for t, info in enumerate(infos, lo):
+            _, c = quantize(data[t], grid, info.scale, with_counts=True, out=sym[t])
+            counts += c
+        return infos, counts
+
+    parts = map_rows(workers, *data.shape, quantize_rows)
+    infos = [i for part, _ in parts for i in part]
+    scales = np.array([i.scale for i in infos], dtype=np.float32)
+    counts = np.sum([c for _, c in parts], axis=0, dtype=np.int64)
     if table is None:
         weights, meta = tables.model_weights(data, scales, counts, grid, model)
         table = coder.table_from_weights(weights)
@@ -96,8 +293,9 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
                 "scale_fallback": {"steps": fell[:64], "used": infos[fell[0]].used,
                                    "reason": infos[fell[0]].reason}}
     cols = row_length(shape, data.shape[1])
-    bodies = [table.encode(row, cols=cols) for row in sym]
-    return EncodedLayer(meta, table, scales, bodies, counts)
+    parts = map_rows(workers, *data.shape,
+                     lambda lo, hi: [table.encode(row, cols=cols) for row in sym[lo:hi]])
+    return EncodedLayer(meta, table, scales, [b for part in parts for b in part], counts)
 
 
 def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
@@ -129,16 +327,19 @@ def _from_book(what: str, given, stored):
 
 
 def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None,
-             model=None, codebook=None, nonfinite="error", progress=False) -> CodecResult:
+             model=None, codebook=None, nonfinite="error", progress=False,
+             threads=None) -> CodecResult:
     """Compress dump ``src`` (path or ``-``) into ``.co3`` file ``dst`` (path or ``-``).
 
     Defaults: format ``fp8-e5m2``, coder ``ans``, model ``gennorm-zi``, scale rule ``absmax``.
     A ``codebook`` fixes format, scale rule, coder and tables; passing a different one is an
-    error.
+    error. ``threads``: how many threads code (None: :func:`default_threads`; the file's bytes
+    do not depend on it).
     """
     from co3cli.dump import Dump
 
     t0 = time.perf_counter()
+    threads = check_threads(threads)
     book = None
     if codebook is not None:
         book = codebook if isinstance(codebook, cb.Codebook) else cb.load(codebook)
@@ -156,21 +357,32 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
         grid = get_grid(format or DEFAULT_FORMAT)
         coder_obj = get_coder(coder or DEFAULT_CODER, **(coder_params or {}))
         model = tables.check_model(model or DEFAULT_MODEL)
-    with Dump.open(src, nonfinite=nonfinite) as dump, output_file(dst) as f:
+    with Dump.open(src, nonfinite=nonfinite) as dump, output_file(dst) as f, \
+            Workers(threads) as workers:
         info = None if book is None else {"source": book.source, "checksum": book.checksum}
         writer = Co3Writer(f, _header(dump, grid, coder_obj, scale, model, info))
         result = CodecResult(str(dst), 0, 0)
-        for name in progress_iter(dump.layers, progress, "compress"):
-            data = dump.read_layer(name)
-            table = None if book is None else book.table_for(name)
+
+        def read(name):  # in the main thread: HDF5 and the codebook
+            return (name, dump.read_layer(name), dump.shape(name),
+                    None if book is None else book.table_for(name))
+
+        def encode(job):
+            name, data, shape, table = job
             enc = encode_layer(data, grid, coder_obj, scale_rule=scale, model=model, table=table,
-                               shape=dump.shape(name))
+                               shape=shape, workers=workers)
+            return name, int(data.size), enc
+
+        def write(done):
+            name, size, enc = done
             nbytes = writer.write_layer(enc.meta, enc.table.to_bytes(),
                                         list(zip(enc.scales.tolist(), enc.bodies)))
-            result.layers.append({"name": name, "entries": int(data.size), "bytes": nbytes,
+            result.layers.append({"name": name, "entries": size, "bytes": nbytes,
                                   "payload_bytes": sum(map(len, enc.bodies))})
-            result.entries += int(data.size)
-            del data, enc
+            result.entries += size
+
+        pipeline(progress_iter(dump.layers, progress, "compress"), read, encode, write,
+                 lambda name: 4 * len(dump.steps) * dump.numel(name), workers)
         result.nbytes = writer.close()
         result.nonfinite_replaced = int(sum(dump.nonfinite_counts.values()))
     result.seconds = time.perf_counter() - t0
@@ -190,12 +402,16 @@ def read_co3_setup(header: dict):
     return grid, coder
 
 
-def iter_decode_block(block, grid, coder, numel: int, shape=None):
-    """Symbols (numel,) of each step of one verified layer block, in order."""
+def _block_table(block, grid, coder):
     try:
-        table = coder.table_from_bytes(block.table, grid.nsym)
+        return coder.table_from_bytes(block.table, grid.nsym)
     except InputError as e:
         raise CorruptDataError(f"layer {block.name}: bad table ({e})") from None
+
+
+def iter_decode_block(block, grid, coder, numel: int, shape=None):
+    """Symbols (numel,) of each step of one verified layer block, in order."""
+    table = _block_table(block, grid, coder)
     cols = row_length(shape, numel)
     for body in block.bodies:
         yield table.decode(body, numel, cols=cols)
@@ -211,13 +427,32 @@ def decode_block(block, grid, coder, numel: int, shape=None) -> np.ndarray:
     return sym
 
 
-def decompress(src, dst, *, progress=False) -> CodecResult:
-    """Decode ``.co3`` file ``src`` into a ``co3.gradients/1`` dump ``dst`` of dequantized values."""
+def decode_values(block, grid, coder, numel: int, shape=None,
+                  workers: Workers | None = None) -> np.ndarray:
+    """Dequantized values (steps, numel) float32 of one verified layer block; ``workers``
+    share its rows among threads (the same values without)."""
+    table = _block_table(block, grid, coder)
+    cols = row_length(shape, numel)
+    values = np.empty((len(block.bodies), numel), dtype=np.float32)
+
+    def rows(lo, hi):
+        for t in range(lo, hi):
+            values[t] = dequantize(table.decode(block.bodies[t], numel, cols=cols), grid,
+                                   block.scales[t])
+
+    map_rows(workers, len(block.bodies), numel, rows)
+    return values
+
+
+def decompress(src, dst, *, progress=False, threads=None) -> CodecResult:
+    """Decode ``.co3`` file ``src`` into a ``co3.gradients/1`` dump ``dst`` of dequantized values
+    (``threads`` as for :func:`compress`: the dump's values do not depend on it)."""
     import json
 
     from co3cli.dump import DumpWriter
 
     t0 = time.perf_counter()
+    threads = check_threads(threads)
     with input_path(src, ".co3 file") as path, open(path, "rb") as f:
         co3 = open_co3(f, str(src))
         h = co3.header
@@ -229,20 +464,25 @@ def decompress(src, dst, *, progress=False) -> CodecResult:
                                                                 "model", "tie_rule", "co3cli_version")}),
                      quantized_format=grid.id)
         result = CodecResult(str(dst), co3.size, 0)
-        with DumpWriter(dst, attrs) as w:
+
+        def decode(block):
+            lay = h["layers"][block.index]
+            return lay, block, decode_values(block, grid, coder, lay["numel"], lay["shape"],
+                                             workers)
+
+        def write(done):
+            lay, block, values = done
+            w.add_layer(lay["name"], values, tuple(lay["shape"]))
+            w.h5.create_dataset(f"co3/scales/{lay['name']}", data=block.scales)
+            result.entries += int(values.size)
+            result.layers.append({"name": lay["name"], "entries": int(values.size),
+                                  "bytes": block.nbytes, "payload_bytes": block.payload_bytes})
+
+        with DumpWriter(dst, attrs) as w, Workers(threads) as workers:
             w.set_steps(np.asarray(h["steps"], dtype=np.int64),
                         None if h.get("loss") is None else np.asarray(h["loss"], dtype=np.float32))
-            for block in progress_iter(co3.layers(), progress, "decompress", total=len(co3.offsets)):
-                lay = h["layers"][block.index]
-                values = np.empty((len(block.bodies), lay["numel"]), dtype=np.float32)
-                for t, sym in enumerate(iter_decode_block(block, grid, coder, lay["numel"],
-                                                          lay["shape"])):
-                    values[t] = dequantize(sym, grid, block.scales[t])
-                w.add_layer(lay["name"], values, tuple(lay["shape"]))
-                w.h5.create_dataset(f"co3/scales/{lay['name']}", data=block.scales)
-                result.entries += int(values.size)
-                result.layers.append({"name": lay["name"], "entries": int(values.size),
-                                      "bytes": block.nbytes, "payload_bytes": block.payload_bytes})
-                del values, block
+            indices = progress_iter(range(len(co3.offsets)), progress, "decompress")
+            pipeline(indices, co3.read_layer, decode, write,
+                     lambda i: 4 * len(h["steps"]) * h["layers"][i]["numel"], workers)
     result.seconds = time.perf_counter() - t0
     return result

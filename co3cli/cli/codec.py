@@ -12,6 +12,11 @@ from co3cli.cli.common import (CoderOpt, FormatOpt, JsonOpt, MaxLenOpt, ModelOpt
                                summary)
 from co3cli.plot import require_matplotlib
 
+ThreadsOpt = typer.Option(None, "--threads",
+                          help="Threads that code layers and steps in parallel (default: every "
+                               "core this process may use; 1: no threads). The output is the "
+                               "same for any number.")
+
 
 def compress_cli(
     input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
@@ -22,7 +27,8 @@ def compress_cli(
                                             help="Reuse a saved codebook (it fixes format, scale "
                                                  "rule, coder and tables)."),
     max_len: Optional[int] = MaxLenOpt, precision: Optional[int] = PrecisionOpt,
-    nonfinite: str = NonfiniteOpt, json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+    nonfinite: str = NonfiniteOpt, threads: Optional[int] = ThreadsOpt, json_out: bool = JsonOpt,
+    quiet: bool = QuietOpt,
 ):
     """Quantize and entropy-code a gradient dump into a .co3 file.
 
@@ -32,7 +38,7 @@ def compress_cli(
 
     res = compress(input, output, format=format, scale=scale, coder=coder,
                    coder_params=coder_params(max_len, precision), model=model, codebook=codebook,
-                   nonfinite=nonfinite, progress=not quiet)
+                   nonfinite=nonfinite, progress=not quiet, threads=threads)
     replaced = f", {res.nonfinite_replaced} NaN/Inf set to 0" if res.nonfinite_replaced else ""
     summary(res, output, json_out, quiet, f"{input} -> {output}: {res.entries} entries, "
             f"{res.nbytes} bytes, {res.bpe:.4f} bits/entry, {res.seconds:.2f} s{replaced}")
@@ -41,7 +47,7 @@ def compress_cli(
 def decompress_cli(
     input: str = typer.Argument(..., help=".co3 file, or - for stdin."),
     output: str = typer.Option(..., "--output", "-o", help="Output dump (.h5), or - for stdout."),
-    json_out: bool = JsonOpt, quiet: bool = QuietOpt,
+    threads: Optional[int] = ThreadsOpt, json_out: bool = JsonOpt, quiet: bool = QuietOpt,
 ):
     """Decode a .co3 file into a co3.gradients/1 dump of the dequantized gradients.
 
@@ -49,7 +55,7 @@ def decompress_cli(
     """
     from co3cli.codec import decompress
 
-    res = decompress(input, output, progress=not quiet)
+    res = decompress(input, output, progress=not quiet, threads=threads)
     summary(res, output, json_out, quiet, f"{input} -> {output}: {res.entries} entries from "
             f"{res.nbytes} bytes, {res.seconds:.2f} s")
 

@@ -136,7 +136,7 @@ def quantize_freqs(weights, precision: int = 16) -> np.ndarray:
 # Kernels (numba).  Errors are returned as codes; Python raises.
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _encode_kernel(sym, freq, cum, precision, out):  # pragma: no cover - compiled
     """Encode backwards into the tail of ``out``; return the index of the first word
     (>= 0), or ``-1 - i`` when symbol ``i`` is out of range or has frequency 0."""
@@ -214,7 +214,7 @@ def encoder_reciprocals(freqs, cum, precision: int):
     return rcp, rshift, bias, cmpl
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _decode_kernel(words, slot_sym, freq, cum, precision, out):  # pragma: no cover - compiled
     """Decode ``out.size`` symbols; return 0 if the state ends at L with every word read,
     1 if the words ran out, 2 if the final state or word count is wrong, 3 if the

@@ -135,7 +135,7 @@ def check_limit(limit) -> int:
 # Prior -> initial model (integers only)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _build_tree(w):  # pragma: no cover - compiled
     """Weight-balanced, order-preserving binary tree over magnitudes ``1..w.size``
     (``w[k - 1] >= 1`` weighs magnitude k): each range is split where the two halves'
@@ -225,7 +225,7 @@ _RECIP = np.array([(2 * PROB_ONE) // (2 * k + 3) for k in range(256)], dtype=np.
 # decoder cannot drift apart; ``decode`` only selects the coder half of each decision.
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _shift_low(low, cache, csize, buf, pos, nbuf):  # pragma: no cover - compiled
     """Shift one byte out of the encoder's ``low``: when its top byte is settled, emit the
     cached byte and the pending ``0xFF`` bytes with the carry. Returns the new
@@ -246,7 +246,7 @@ def _shift_low(low, cache, csize, buf, pos, nbuf):  # pragma: no cover - compile
     return low, cache, csize, pos
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _run(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
          limit, recip):  # pragma: no cover - compiled
     """Encode ``sym`` into ``buf`` or decode all of ``buf`` into ``sym``.

@@ -167,7 +167,7 @@ def huffman_lengths(weights, max_len: int = 16) -> np.ndarray:
 # Kernels (numba).  Every error is returned as a code; Python turns it into an exception.
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _encode_kernel(sym, enc, out):  # pragma: no cover - compiled
     """Pack codes MSB first into the uint32 words ``out`` (bytes big-endian later).
 
@@ -229,7 +229,7 @@ def _encode_fast_kernel(sym, enc, out, swap):  # pragma: no cover - compiled
     return -1, j, acc & ((np.uint64(1) << nacc) - np.uint64(1)), nacc
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _decode_kernel(words, dec, width, out):  # pragma: no cover - compiled
     """Decode ``out.size`` symbols from MSB-first uint32 ``words``.
 
