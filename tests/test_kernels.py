@@ -120,15 +120,13 @@ def _huff_case(rng, kind):
 
 
 def _huff_both(table, words, n):
-    a, b = np.empty(n, np.uint16), np.empty(n, np.uint16)
+    a = np.empty(n, np.uint16)
     ua = huffman._decode_kernel(words, table._decode_table(), table._width, a)
     fast, fbits = table._fast_table()
-    ub = huffman._decode_fast_kernel(words, fast, fbits, table._decode_table(), table._width, b)
     c = np.empty(n + 1, np.uint16)
     uc = huffman._decode_pair_kernel(words, table._pair_table(), fbits, fast, table._decode_table(),
                                      table._width, c)
-    assert uc == ub and (uc < 0 or c[:n].tolist() == b.tolist())
-    return (ua, a), (ub, b)
+    return (ua, a), (uc, c[:n])
 
 
 @pytest.mark.parametrize("kind", ["random", "maxlen", "one", "incomplete"])

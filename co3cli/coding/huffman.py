@@ -263,48 +263,13 @@ FAST_BITS = 12
 
 
 @njit(cache=True, nogil=True)
-def _decode_fast_kernel(words, fast, fbits, dec, width, out):  # pragma: no cover - compiled
-    """:func:`_decode_kernel` with a two-level table: ``fast`` (``2**fbits`` entries, the
-    next ``fbits`` bits) resolves every code of at most ``fbits`` bits; its entry 0 sends
-    the rare longer code to the full ``2**width`` table ``dec`` (where 0 still marks an
-    unused pattern). The buffer is refilled (32 bits, zeros past the end as before) only
-    when it holds fewer than 32 bits, so for ``width <= 16`` two symbols are decoded per
-    refill test. Bits consumed = ``32 * refills - bits left``: same results, same checks."""
-    nw = words.size
-    w64 = np.uint64(64 - width)
-    f64 = np.uint64(64 - fbits)
-    buf = np.uint64(0)
-    cnt = 0  # valid bits at the top of buf
-    k = 0
-    n = out.size
-    step = 2 if width <= 16 else 1
-    i = 0
-    while i < n:
-        if cnt < 32:
-            if k < nw:
-                buf |= np.uint64(words[k]) << np.uint64(32 - cnt)
-            k += 1
-            cnt += 32
-        for _ in range(min(step, n - i)):
-            e = fast[buf >> f64]
-            if e == 0:
-                e = dec[buf >> w64]
-                if e & 31 == 0:
-                    return -1
-            ln = e & 31
-            out[i] = e >> 5
-            i += 1
-            buf <<= np.uint64(ln)
-            cnt -= ln
-    return 32 * k - cnt
-
-
-@njit(cache=True, nogil=True)
 def _decode_pair_kernel(words, pair, fbits, fast, dec, width, out):  # pragma: no cover
-    """:func:`_decode_fast_kernel` decoding up to two symbols per lookup: ``pair[i]`` (the
+    """:func:`_decode_kernel` with lookup tables, up to two symbols per lookup: ``pair[i]`` (the
     next ``fbits`` bits) is ``s1 | s2 << 12 | bits << 24 | count << 30``, ``count`` (1 or 2)
     symbols whose codes fill ``bits <= fbits`` real bits (0: the first code is longer: the
-    two-level single-symbol path).  ``out`` has one spare entry at the end (the second
+    two-level single-symbol path: ``fast`` (``2**fbits`` entries) resolves every code of at
+    most ``fbits`` bits, its entry 0 sends the rare longer code to the full ``2**width``
+    table ``dec``, where 0 still marks an unused pattern).  ``out`` has one spare entry at the end (the second
     symbol is always stored, then overwritten or dropped); the last symbol is decoded
     alone, so exactly ``out.size - 1`` symbols are decoded.  Same bit count, same checks."""
     nw = words.size
