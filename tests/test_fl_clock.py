@@ -331,3 +331,12 @@ def test_cli_fl_clock_and_plot(tmp_path, capsys):
     code, out, err = run_cli("simulate", "plot", run, "-o", png, "--uplink", "10mbit",
                              capsys=capsys)
     assert code == 0 and png.stat().st_size > 0
+
+
+def test_sweep_table_has_the_clock(tmp_path):
+    from co3cli.simulate.flrun import run_sweep
+
+    base = dataclasses.replace(BASE, clients=2, rounds=2, uplink="1mbit", target=0.01)
+    rows = run_sweep(base, "gamma=0,0.5", tmp_path / "sw")
+    assert all(r["wallclock_s"] > 0 and r["time_to_target_s"] is not None for r in rows)
+    assert "wallclock_s,time_to_target_s" in (tmp_path / "sw" / "sweep.csv").read_text()
