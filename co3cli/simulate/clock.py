@@ -292,7 +292,7 @@ def recompute(run: str | os.PathLike, target: float | None = None, **links: Any)
                          "clients, which changes training; rerun it with those links instead")
     fields.update(given)
     clock = Clock(fields, clients, entries, int(cfg.get("local_steps", 1)), int(cfg.get("seed", 0)))
-    per = _read_csv(run / "clients.csv", "a run of co3cli with the wall clock")
+    per = _read_csv(run / "clients.csv", "runs from before the wall clock have none: rerun it")
     m = _read_csv(run / "metrics.csv", "the run's metrics")
     target = fields["target"] if target is None else check_real("target", target, 0, 1,
                                                                   lo_open=True)
