@@ -16,6 +16,7 @@ import typer
 from co3cli.cli.common import (
     JsonOpt, QuietOpt, emit, emit_json, given, kind_choices, torch_one_thread,
 )
+from co3cli.cli.simulate_clock import LINKS, link_overrides, simulate_clock_cli
 from co3cli.plot import require_matplotlib
 
 simulate_app = typer.Typer(help="Simulate training through the codec: federated (fl, plot) "
@@ -84,6 +85,21 @@ FL = SimpleNamespace(  # the options of `co3 simulate fl`, in the order --help l
     print_torchrun=O(False, "--print-torchrun", help="Write the config to --output and print "
                      "the torchrun line for running the job on several machines, instead of "
                      "running it."),
+    # the wall clock (co3cli.simulate.clock); link specs: co3cli.simulate.links
+    uplink=O(None, "--uplink", help="Clock: client uplink, e.g. 10mbit, lognormal:10mbit:0.5, "
+             "uniform:1mbit:20mbit, trace.csv (default: free)."),
+    downlink=O(None, "--downlink", help="Clock: client downlink, a rate or 10x (times the "
+               "uplink; default 1x)."),
+    latency=O(None, "--latency", help="Clock: one-way latency per message, e.g. 20ms, "
+              "uniform:10ms:50ms (default 0)."),
+    compute_factor=O(None, "--compute-factor", help="Clock: per-client compute slowdown, e.g. "
+                     "lognormal:1:0.5, uniform:1:4 (default 1)."),
+    compute_time=O("measured", "--compute-time", help="Clock: client compute per local step, "
+                   "measured or seconds (e.g. 20ms: deterministic)."),
+    round_deadline=O(None, "--round-deadline", help="Drop clients arriving after this (e.g. "
+                     "2s) from the average; needs --compute-time in seconds."),
+    target=O(None, "--target", help="Test accuracy whose wall-clock time summary.json reports."),
+    link_seed=O(None, "--link-seed", help="Seed of the link and device draws (default --seed)."),
 )
 
 
@@ -106,8 +122,12 @@ def simulate_fl_cli(
     classes: Optional[str] = FL.classes, straggler_workers: Optional[int] = FL.straggler_workers,
     deadline: Optional[float] = FL.deadline, wait_for: Optional[int] = FL.wait_for,
     rate: float = FL.rate, engine: str = FL.engine, nproc: int = FL.nproc,
-    timeout: float = FL.timeout, print_torchrun: bool = FL.print_torchrun, json_out: bool = JsonOpt,
-    quiet: bool = QuietOpt,
+    timeout: float = FL.timeout, print_torchrun: bool = FL.print_torchrun,
+    uplink: Optional[str] = FL.uplink, downlink: Optional[str] = FL.downlink,
+    latency: Optional[str] = FL.latency, compute_factor: Optional[str] = FL.compute_factor,
+    compute_time: str = FL.compute_time, round_deadline: Optional[str] = FL.round_deadline,
+    target: Optional[float] = FL.target, link_seed: Optional[int] = FL.link_seed,
+    json_out: bool = JsonOpt, quiet: bool = QuietOpt,
 ):
     """Federated training where every upload is really compressed, sent as bytes and decoded.
 
@@ -124,6 +144,9 @@ def simulate_fl_cli(
     --deadline 1.0 -o uep/
 
     Example: co3 simulate fl --config run/config.json --set gamma=0.9 -o run-g09/
+
+    Example: co3 simulate fl -c co3 --format fp4-co3 --uplink lognormal:10mbit:0.5 --downlink 10x
+    --latency 20ms --target 0.9 -o run/
     """
     from co3cli.simulate.flconfig import OPTIONS, resolve_config
     from co3cli.simulate.flrun import run_job
@@ -156,6 +179,11 @@ def _print_job(job, compressor: str, output: str, json_out: bool, quiet: bool) -
              f"{100 * res.final_accuracy:.2f} % (best {100 * res.best_accuracy:.2f} %), "
              f"{res.mean_bits_per_entry:.3f} bits/entry, {res.total_uplink_bytes:,} uplink "
              f"bytes, {res.seconds:.1f} s -> {output}")
+        clock = res.clock or {}
+        if clock.get("wallclock_s") is not None:
+            tt = clock["time_to_target_s"]
+            emit(f"wall clock {clock['wallclock_s']:.2f} s; target: "
+                 + (f"{tt:.2f} s" if tt is not None else clock["target_reason"]))
 
 
 @simulate_app.command("plot")
@@ -165,14 +193,25 @@ def simulate_plot_cli(
     labels: Optional[str] = typer.Option(None, "--labels", help="Comma-separated legend "
                                          "labels, one per run (default: from each run's "
                                          "config, e.g. 'co3 fp4-co3 gamma=0.7')."),
+    uplink: List[str] = LINKS.uplink, downlink: Optional[str] = LINKS.downlink,
+    latency: Optional[str] = LINKS.latency, compute_factor: Optional[str] = LINKS.compute_factor,
+    compute_time: Optional[str] = LINKS.compute_time, link_seed: Optional[int] = LINKS.link_seed,
 ):
-    """Accuracy vs round, accuracy vs cumulative uplink MB, bits/entry vs round (one PNG).
+    """Accuracy vs round, vs cumulative uplink MB, bits/entry vs round and, for runs with a
+    wall clock, accuracy vs wall-clock time (recomputed for each --uplink given).
 
     Example: co3 simulate plot run-none run-co3 run-qsgd -o compare.png
 
     Example: co3 simulate plot run-none run-co3 -o compare.png --labels float32,"co3 fp4"
+
+    Example: co3 simulate plot run-none run-co3 -o clock.png --uplink 1mbit --uplink 10mbit
+    --downlink 10x --latency 20ms
     """
     from co3cli.simulate.flplot import parse_labels, plot_runs
 
     require_matplotlib(output)
-    plot_runs(runs, output, parse_labels(labels, runs))
+    links = link_overrides(downlink, latency, compute_factor, compute_time, link_seed)
+    plot_runs(runs, output, parse_labels(labels, runs), uplinks=list(uplink), links=links)
+
+
+simulate_app.command("clock")(simulate_clock_cli)

@@ -30,6 +30,9 @@ Outputs in the run folder (``run_fl(config, out)``):
   handed over to another, e.g. ``co3-poly`` outside its beta range; per round in the
   ``scale_fallbacks`` column); written at the end (also after divergence).
 * ``model.pt``: the server model's final ``state_dict``.
+* ``clients.csv``: per round and client, what the wall clock needs (bytes up and down, compute,
+  encode and straggler times, the clock's parts, late or not); ``co3cli.simulate.clock``
+  (the clock's columns of ``metrics.csv``, the ``clock`` of ``summary.json``, the deadline).
 * ``transmitted.h5`` (``dump_rounds``): a ``co3.gradients/1`` dump of client ``dump_client``'s
   uploads in those rounds, streams ``raw`` (g), ``corrected`` (v = g + gamma e) and ``decoded``
   (v_hat), step index = round; ``co3 fit`` / ``co3 report`` read it.
@@ -50,6 +53,7 @@ from typing import Any, Callable
 import numpy as np
 
 from co3cli.errors import InputError
+from co3cli.simulate.clock import CLOCK_COLUMNS, Clock, ClockLog, clock_fields
 from co3cli.simulate.flconfig import FLConfig, check_config, lr_at, straggler_config
 
 METRICS = (
@@ -58,7 +62,7 @@ METRICS = (
     "uplink_bits_per_entry", "cumulative_uplink_bytes", "entropy_bits_per_entry",
     "t_compute", "t_compress", "t_decompress", "t_server", "t_eval",
     "straggler_time", "straggler_recovered", "scale_fallbacks",
-)
+) + CLOCK_COLUMNS  # the wall clock (co3cli.simulate.clock)
 
 
 # -- data split ------------------------------------------------------------------------------------
@@ -111,6 +115,7 @@ class FLResult:
     seconds: float
     t_codec_fraction: float  # (compress + decompress) / compute time
     scale_fallbacks: int = 0  # uploads whose scale rule fell back (co3-poly outside its range)
+    clock: dict[str, Any] | None = None  # wall clock, time to target (clock.ClockLog.summary)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -215,6 +220,7 @@ class Simulation:
             from co3cli.simulate.uep.train import CodedBackprop
 
             self.coded = [CodedBackprop(straggler_config(cfg, c)) for c in range(cfg.clients)]
+        self.clock = Clock(clock_fields(cfg), cfg.clients, self.entries, cfg.local_steps, cfg.seed)
         self.warm_up()
 
     def warm_up(self) -> None:
@@ -245,6 +251,7 @@ class Simulation:
                                              self.train, self.shards[c], self.batch_rng[c], lr)
             st = self.coded[c].step_stats()
             straggler_time, recovered = st["straggler_s"], st["recovered_fraction"]
+            t0 += st["sim_overhead_s"]  # the simulated workers' time is straggler_time
         else:
             grads, loss = _client_update(cfg, self.model, self.params, self.loss_fn,
                                          self.train, self.shards[c], self.batch_rng[c], lr)
@@ -285,17 +292,21 @@ class Simulation:
             raise Diverged(f"round {r}: client {m.client} diverged (loss {m.loss:.4g}, lr "
                            f"{lr:.4g}); lower --lr; metrics.csv holds the rounds before it")
         cfg = self.cfg
+        plan = self.clock.plan_msgs(r, msgs)  # the clients' times, the deadline's late ones
         sums = [np.zeros(k, np.float64) for k in self.numel]
         t0 = time.perf_counter()
-        for m in msgs:  # client order
+        for m, late in zip(msgs, plan.late):  # client order; late: decoded (state), not summed
             for j, payload in enumerate(m.payloads):
-                sums[j] += self.comp.decompress(payload, self.numel[j], self.recv_state[m.client][j])
+                v_hat = self.comp.decompress(payload, self.numel[j], self.recv_state[m.client][j])
+                if not late:
+                    sums[j] += v_hat
         t_decompress = time.perf_counter() - t0
+        n_on = len(msgs) - int(plan.late.sum())
         t0 = time.perf_counter()
         step = lr if cfg.algorithm == "fedsgd" else cfg.server_lr
         with torch.no_grad():
             for j, p in enumerate(self.params):
-                avg = torch.from_numpy((sums[j] / len(msgs)).astype(np.float32)).view_as(p)
+                avg = torch.from_numpy((sums[j] / n_on).astype(np.float32)).view_as(p)
                 buf = self.momentum_buf[j]
                 buf.mul_(cfg.momentum).add_(avg)
                 p.sub_(step * buf)
@@ -304,6 +315,7 @@ class Simulation:
         entries = self.entries * len(msgs)
         ent = [m.entropy_bits for m in msgs]
         return {
+            **self.clock.finish(plan, t_decompress + t_server),
             "round": r, "lr": lr, "train_loss": float(np.mean([m.loss for m in msgs])),
             "test_loss": None, "test_accuracy": None, "participants": len(msgs),
             "rejected_uploads": 0,
@@ -334,6 +346,7 @@ class Simulation:
             "layers": dict(zip(self.names, self.numel)),
             "shard_sizes": [int(s.size) for s in self.shards], "n_train": len(self.labels),
             "n_test": len(self.test.y), "versions": versions(), "created": created_timestamp(),
+            "clock": self.clock.config(),
         }
 
 
@@ -360,7 +373,8 @@ def write_dump_row(writer, sim: Simulation, r: int, loss: float, lr: float) -> N
         sim.dump_rows = None
 
 
-STALE = ("metrics.csv", "summary.json", "model.pt", "transmitted.h5")  # a run's output files
+STALE = ("metrics.csv", "summary.json", "model.pt", "transmitted.h5",
+         "clients.csv")  # a run's output files
 
 
 class RunLog:
@@ -390,6 +404,7 @@ class RunLog:
         self.ent_ok = True
         self.t_compute = self.t_codec = 0.0
         self.fallbacks = 0
+        self.clock = ClockLog(out, sim.cfg.target, sim.cfg.local_steps)
         self.rounds_done = 0
         self.stopped = "finished"
         self.csv_file = open(out / "metrics.csv", "w", newline="")
@@ -417,6 +432,7 @@ class RunLog:
         self.t_compute += row["t_compute"]
         self.t_codec += row["t_compress"] + row["t_decompress"]
         self.fallbacks += row["scale_fallbacks"]
+        self.clock.round(row)
         self.csv.writerow(["" if row[k] is None else (f"{row[k]:.6g}" if isinstance(row[k], float)
                                                       else row[k]) for k in METRICS])
         self.csv_file.flush()
@@ -432,6 +448,7 @@ class RunLog:
 
     def close(self) -> None:
         self.csv_file.close()
+        self.clock.close()
         self.bar.close()
         if self.writer is not None:
             self.writer.close()
@@ -450,7 +467,7 @@ class RunLog:
             mean_entropy_bits_per_entry=(self.ent_sum / n if self.ent_ok and n else None),
             stopped=self.stopped, seconds=time.perf_counter() - self.t_start,
             t_codec_fraction=self.t_codec / self.t_compute if self.t_compute else float("nan"),
-            scale_fallbacks=self.fallbacks,
+            scale_fallbacks=self.fallbacks, clock=self.clock.summary(),
         )
         doc = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                for k, v in result.to_dict().items()}  # standard JSON: no NaN

@@ -71,6 +71,16 @@ class FLConfig:
     # coded back-propagation on each client (co3cli.simulate.uep.train.StragglerConfig fields;
     # None: exact backward). The straggler seed is derived from ``seed`` and the client.
     stragglers: dict[str, Any] | None = None
+    # the wall clock (co3cli.simulate.clock, specs: co3cli.simulate.links): client links and
+    # devices, the compute-time model, the round deadline, the target accuracy for the summary
+    uplink: str | None = None  # e.g. "10mbit", "lognormal:10mbit:0.5", "trace.csv"; None: free
+    downlink: str | None = None  # None: "1x" (the client's uplink); "10x", "100mbit", ...
+    latency: str | None = None  # one way, e.g. "20ms", "uniform:10ms:50ms"; None: 0
+    compute_factor: str | None = None  # per-client slowdown, e.g. "lognormal:1:0.5"; None: 1
+    compute_time: str = "measured"  # or seconds per local step ("20ms"): deterministic
+    round_deadline: str | None = None  # drop clients arriving later (needs a fixed compute_time)
+    target: float | None = None  # test accuracy for summary.json's time to target
+    link_seed: int | None = None  # the link and device draws (None: seed)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -134,6 +144,9 @@ def check_config(cfg: FLConfig):
         raise InputError(f"dump_client={cfg.dump_client} must be < clients={cfg.clients}")
     if cfg.stragglers is not None:
         straggler_config(cfg, 0)
+    from co3cli.simulate.clock import check_clock
+
+    check_clock(cfg)
     return get_compressor(cfg.compressor, **cfg.compressor_params)
 
 
@@ -277,7 +290,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 FIELD_OPTIONS = ("task", "clients", "rounds", "algorithm", "local_steps", "batch_size", "lr",
                  "server_lr", "momentum", "lr_schedule", "partition", "alpha",
                  "shards_per_client", "participation", "gamma", "eval_every", "seed",
-                 "dump_client")
+                 "dump_client", "uplink", "downlink", "latency", "compute_factor", "compute_time",
+                 "round_deadline", "target", "link_seed")
 CO3_OPTIONS = ("format", "scale", "coder", "model", "refit_every")  # -> co3's parameters
 STRAGGLER_OPTIONS = {"windows": "windows", "classes": "class_sizes",
                      "straggler_workers": "workers", "deadline": "deadline",

@@ -4,6 +4,8 @@
 
     run folder(s) --read_metrics--> {column: float array}  --runs_figure / plot_runs--> PNG:
         accuracy vs round | accuracy vs cumulative uplink MB | uplink bits/entry vs round
+        | accuracy vs wall-clock seconds (runs with a clock; ``uplinks``: recomputed per uplink
+          by co3cli.simulate.clock.recompute, one line style per uplink)
     config.json --default_labels--> one label per run from what sets its config apart
         (compressor and its parameters, gamma, seed, ...), unless ``--labels`` names them
 
@@ -21,11 +23,13 @@ from typing import Any
 import numpy as np
 
 from co3cli.errors import InputError
+from co3cli.simulate.clock import CLOCK_COLUMNS
 from co3cli.simulate.fl import METRICS
 
 
 def read_metrics(run: str | os.PathLike) -> dict[str, np.ndarray]:
-    """metrics.csv of a run folder as float columns (empty cells: NaN)."""
+    """metrics.csv of a run folder as float columns (empty cells: NaN; the clock's columns are
+    NaN in a run from before the wall clock)."""
     path = Path(run) / "metrics.csv"
     try:
         with open(path, newline="", encoding="utf-8") as f:
@@ -36,10 +40,12 @@ def read_metrics(run: str | os.PathLike) -> dict[str, np.ndarray]:
         raise InputError(f"{path} is not a co3 simulate fl metrics file ({exc})") from None
     if rows and any(v is None for v in rows[-1].values()):
         rows = rows[:-1]  # a row cut short by a killed run: the finished rounds stay readable
-    if not rows or rows[0].keys() != set(METRICS):
+    have = set(rows[0]) if rows else set()
+    if not rows or not set(METRICS) - set(CLOCK_COLUMNS) <= have or not have <= set(METRICS):
         raise InputError(f"{path} is not a co3 simulate fl metrics file (or has no round)")
     try:
-        return {k: np.array([float(r[k]) if r[k] != "" else np.nan for r in rows]) for k in METRICS}
+        return {k: np.array([float(r[k]) if r.get(k, "") != "" else np.nan for r in rows])
+                for k in METRICS}
     except (TypeError, ValueError) as exc:
         raise InputError(f"{path}: bad value ({exc})") from None
 
@@ -120,15 +126,33 @@ def _log_helps(arrays, ratio: float) -> bool:
     return vals.size > 0 and vals.max() / vals.min() > ratio
 
 
-def runs_figure(runs: list[str], labels: list[str] | None = None):
+def _clocks(runs, data, uplinks, links) -> list[list[tuple[str | None, np.ndarray]]] | None:
+    """Per run, (uplink, wallclock_s per round) for each uplink (None: as recorded); None when
+    no run has a clock and no uplink is asked for."""
+    from co3cli.simulate.clock import recompute
+
+    if not uplinks and not any(links.values()):
+        if not any(np.nanmax(d["wallclock_s"], initial=0) > 0 for d in data):
+            return None
+        return [[(None, d["wallclock_s"])] for d in data]
+    return [[(up, recompute(r, **{**links, "uplink": up})["wallclock_s"]) for up in uplinks or [None]]
+            for r in runs]
+
+
+def runs_figure(runs: list[str], labels: list[str] | None = None, *,
+                uplinks: list[str] | None = None, links: dict[str, Any] | None = None):
     """The comparison Figure: accuracy vs round, accuracy vs cumulative uplink MB, uplink
-    bits/entry vs round (log axes only where the runs span more than a decade or so)."""
+    bits/entry vs round (log axes only where the runs span more than a decade or so) and, when
+    the runs have a wall clock, accuracy vs wall-clock time; ``uplinks`` (and ``links``, other
+    link fields) recompute it for those links."""
     from co3cli.plot import new_figure
 
     data = [read_metrics(r) for r in runs]
     labels = labels or default_labels(runs)
-    fig = new_figure(15.0, 5.0)
-    ax = fig.subplots(1, 3)
+    clocks = _clocks(runs, data, uplinks, {k: v for k, v in (links or {}).items()
+                                           if v is not None})
+    fig = new_figure(20.0 if clocks else 15.0, 5.0)
+    ax = fig.subplots(1, 4 if clocks else 3)
     for k, (d, lab) in enumerate(zip(data, labels)):
         ok = ~np.isnan(d["test_accuracy"])
         style = dict(color=f"C{k % 10}", lw=1.5, label=lab)
@@ -136,6 +160,11 @@ def runs_figure(runs: list[str], labels: list[str] | None = None):
         ax[1].plot(d["cumulative_uplink_bytes"][ok] / 1e6, 100 * d["test_accuracy"][ok],
                    marker="o", ms=3, **style)
         ax[2].plot(d["round"], d["uplink_bits_per_entry"], **style)
+        for i, (up, wall) in enumerate(clocks[k] if clocks else ()):
+            ax[3].plot(wall[ok], 100 * d["test_accuracy"][ok], marker="o", ms=3,
+                       ls=("-", "--", ":", "-.")[i % 4], color=style["color"], lw=1.5)
+    if clocks:
+        _clock_panel(ax[3], clocks)
     ax[0].set(xlabel="round", ylabel="test accuracy (%)", title="test accuracy vs round")
     up = [d["cumulative_uplink_bytes"] for d in data]
     ax[1].set(xlabel="cumulative uplink, all clients (MB" + (", log)" if _log_helps(up, 30)
@@ -167,8 +196,22 @@ def runs_figure(runs: list[str], labels: list[str] | None = None):
     return fig
 
 
-def plot_runs(runs: list[str], out_png: str | os.PathLike, labels: list[str] | None = None) -> None:
+def _clock_panel(ax, clocks) -> None:
+    ups = [up for up, _ in clocks[0]]
+    walls = [w for c in clocks for _, w in c]
+    log = _log_helps(walls, 30)
+    ax.set(xlabel="wall-clock time (s" + (", log)" if log else ")"), ylabel="test accuracy (%)",
+           title="accuracy vs wall-clock time", xscale="log" if log else "linear")
+    if len(ups) > 1 or ups[0] is not None:  # the line style says which uplink
+        for i, up in enumerate(ups):
+            ax.plot([], [], color="0.3", ls=("-", "--", ":", "-.")[i % 4],
+                    label=f"uplink {up}" if up is not None else "as run")
+        ax.legend(fontsize=8, loc="lower right")
+
+
+def plot_runs(runs: list[str], out_png: str | os.PathLike, labels: list[str] | None = None, *,
+              uplinks: list[str] | None = None, links: dict[str, Any] | None = None) -> None:
     """:func:`runs_figure` as a PNG in ``out_png`` (which appears only when complete)."""
     from co3cli.plot import save_png
 
-    save_png(runs_figure(runs, labels), out_png)
+    save_png(runs_figure(runs, labels, uplinks=uplinks, links=links), out_png)

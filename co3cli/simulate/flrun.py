@@ -29,7 +29,7 @@ from co3cli.simulate.flconfig import FLConfig, check_config, sweep_configs
 ENGINES = ("inprocess", "torchrun")
 SWEEP_COLUMNS = ("run", "final_accuracy", "best_accuracy", "mean_bits_per_entry",
                  "mean_entropy_bits_per_entry", "total_uplink_bytes", "rounds_done", "stopped",
-                 "t_codec_fraction", "scale_fallbacks")
+                 "t_codec_fraction", "scale_fallbacks", "wallclock_s", "time_to_target_s")
 
 
 @dataclass
@@ -55,7 +55,8 @@ def run_sweep(base: FLConfig, spec: str, out: str | os.PathLike, *, progress: bo
             res = run_fl(c, out / label, progress=progress, overwrite=overwrite).to_dict()
         except Diverged:
             res = json.loads((out / label / "summary.json").read_text())
-        rows.append({"run": label, **{k: res.get(k) for k in SWEEP_COLUMNS[1:]}})
+        flat = {**res, **{k: (res.get("clock") or {}).get(k) for k in SWEEP_COLUMNS[-2:]}}
+        rows.append({"run": label, **{k: flat.get(k) for k in SWEEP_COLUMNS[1:]}})
         with open(out / "sweep.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=SWEEP_COLUMNS)
             w.writeheader()
