@@ -71,6 +71,10 @@ class FLConfig:
     # coded back-propagation on each client (co3cli.simulate.uep.train.StragglerConfig fields;
     # None: exact backward). The straggler seed is derived from ``seed`` and the client.
     stragglers: dict[str, Any] | None = None
+    # bring your own task: "path/to/job.py:make_task" or "module:function" (co3cli.tasks.fltask;
+    # ``task`` is then ignored); buffers (BatchNorm statistics): "average" or "local"
+    entry: str | None = None
+    buffers: str = "average"
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -100,10 +104,17 @@ FIELDS = tuple(f.name for f in dataclasses.fields(FLConfig))
 
 def check_config(cfg: FLConfig):
     """Validate ``cfg`` (InputError naming the field); return the configured compressor."""
-    from co3cli.tasks import get_task
     from co3cli.compressors import get_compressor
+    from co3cli.tasks import get_task
+    from co3cli.tasks.buffers import BUFFER_RULES
+    from co3cli.tasks.fltask import check_entry
 
-    get_task(cfg.task)
+    if cfg.entry is None:
+        get_task(cfg.task)
+    else:
+        check_entry(cfg.entry)
+    if cfg.buffers not in BUFFER_RULES:
+        raise InputError(f"buffers={cfg.buffers!r} is not one of {', '.join(BUFFER_RULES)}")
     check_int("clients", cfg.clients, 1)
     check_int("rounds", cfg.rounds, 1)
     for name, allowed in (("algorithm", ALGORITHMS), ("partition", PARTITIONS),
@@ -277,7 +288,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 FIELD_OPTIONS = ("task", "clients", "rounds", "algorithm", "local_steps", "batch_size", "lr",
                  "server_lr", "momentum", "lr_schedule", "partition", "alpha",
                  "shards_per_client", "participation", "gamma", "eval_every", "seed",
-                 "dump_client")
+                 "dump_client", "entry", "buffers")
 CO3_OPTIONS = ("format", "scale", "coder", "model", "refit_every")  # -> co3's parameters
 STRAGGLER_OPTIONS = {"windows": "windows", "classes": "class_sizes",
                      "straggler_workers": "workers", "deadline": "deadline",
