@@ -74,6 +74,7 @@ def test_cli_entry_and_its_one_line_errors(tmp_path, capsys):
         (["--entry", f"{EXAMPLE}:make_task_per_client", "--clients", "4"],
          "own partition of 5 clients"),
         (["--entry", f"{EXAMPLE}:make_task", "--buffers", "median"], "buffers='median'"),
+        (["--entry", f"{EXAMPLE}:make_task", "--task", "digits-mlp"], "not both"),
     ):
         code, out, err = run_cli("simulate", "fl", *args, "--rounds", "1", "-o",
                                  tmp_path / "e", capsys=capsys)

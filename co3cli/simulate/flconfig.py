@@ -314,6 +314,8 @@ def resolve_config(options: dict[str, Any] | None = None, *, file: str | Path | 
     unknown = sorted(set(opts) - set(OPTIONS))
     if unknown:
         raise InputError(f"unknown simulate fl option(s) {unknown}; allowed: {', '.join(OPTIONS)}")
+    if "task" in opts and "entry" in opts:
+        raise InputError("give --task (a built-in task) or --entry (your own), not both")
     if "compressor" in opts:
         _set_compressor(doc, opts["compressor"])
     doc.update({k: opts[k] for k in FIELD_OPTIONS if k in opts})

@@ -4,12 +4,13 @@
 
     TASKS.get(id) -> Task(dataset, model, build) --build_model(id, seed)--> torch.nn.Module
                               |
-                              +--load_task_data(id)--> bundled data (co3cli.data) or a
-                                                       synthetic dataset --> (train, test)
+                              +--load_task_data(id)--> bundled data (co3cli.data), a
+                                                       synthetic dataset, or the task's own
+                                                       (``data``: stdlib text) --> (train, test)
 
-Used by ``co3 capture`` (``co3cli.capture``), federated learning (``co3cli.simulate.fl``) and
-the straggler training (``co3cli.simulate.uep.train``). All tasks are ReLU networks, so that,
-as in real training, part of every gradient is exactly zero; all run offline:
+Used by ``co3 capture`` (``co3cli.capture``), federated learning (``co3cli.simulate.fl``,
+through ``co3cli.tasks.fltask``) and the straggler training (``co3cli.simulate.uep.train``).
+All run offline:
 
     digits-mlp              8x8 digits,   MLP 64-64-10
     digits-cnn              8x8 digits,   CNN conv3x3(8)-pool-conv3x3(16)-pool-fc(10)
@@ -18,6 +19,19 @@ as in real training, part of every gradient is exactly zero; all run offline:
     synthetic-cifar-resnet  SYNTHETIC 3x32x32 images (smooth random images, labels from a fixed
                             random linear teacher, so the loss decreases), ResNet with
                             BasicBlocks of widths 64-128-256 and batch norm (2.8M parameters)
+    mnist5k-resnet          MNIST 5k,     ResNet 32-64-128-256, one BasicBlock each, BN (1.2M)
+    mnist5k-resnet-large    MNIST 5k,     ResNet 64-128-256-512, one BasicBlock each, BN (4.9M)
+    digits-resnet-tiny      8x8 digits,   ResNet 8-16 with BN (5k; for tests)
+    stdlib-charlm           this Python's stdlib sources (``co3cli.tasks.text``) in windows of
+                            64 characters, a causal character transformer d256 x 4 blocks
+                            (3.2M; ``co3cli.tasks.zoo``); metric: next-character accuracy
+    stdlib-charlm-tiny      the text's first 200k characters, windows of 16, d32 x 1 (22k)
+
+The MLPs and CNNs are ReLU networks, so that, as in real training, part of every gradient is
+exactly zero; the transformer's gradients have no exact-zero rows but the embedding's (the
+characters a batch does not hold). Sequence models put the class dimension second (logits
+``(B, vocab, T)``, targets ``(B, T)``), so cross-entropy and ``evaluate`` (which counts every
+character) treat them like classifiers.
 
 A new task is one registration: ``TASKS.register(Task("id", "dataset", "model-id", builder))``.
 The optimizers that train them (``--optimizer``) are the registry ``OPTIMIZERS``: ``sgd``

@@ -10,6 +10,8 @@
                                                        | .loss_fn(model(x), y) -> scalar
                                                        | .evaluate(model) -> (loss, metric)
                                                        | .partition_labels() -> labels | None
+    task_shards(task, cfg, rng): the task's own per-client partition, or partition() over
+        its labels (iid / dirichlet / shards; tasks with sequence targets: iid only)
     model buffers (BatchNorm running stats): co3cli.tasks.buffers.BufferState, the rule below
 
 The FL engines (``co3cli.simulate.fl``, ``co3cli.simulate.dist``) use nothing else of a task, so
@@ -18,7 +20,9 @@ imports nothing of the simulator.
 
 **The entry contract** (``co3 simulate fl --entry path/to/job.py:make_task``, or
 ``FLConfig(entry=...)``; loaded like ``co3 capture --entry``: ``module:function`` or
-``file.py:function``, see ``co3cli.jobs.load_entry``). The function returns a dict, dataclass
+``file.py:function``, see ``co3cli.jobs.load_entry``; the import and the call both run with
+torch's RNG seeded from the run's seed, so module-level randomness is reproducible too). The
+function returns a dict, dataclass
 or namedtuple with the fields
 
     model        a factory () -> torch.nn.Module (or a module, copied)   required
