@@ -32,6 +32,12 @@ FL = SimpleNamespace(  # the options of `co3 simulate fl`, in the order --help l
     set_=O([], "--set", help="key=value over a config field (typed like it, e.g. clients=20, "
           "participation=none) or a compressor parameter; repeatable; overrides everything."),
     task=O("mnist5k-mlp", "--task", "-t", help=f"{kind_choices('task')}."),
+    entry=O(None, "--entry", help="Your own task instead of --task: path/to/job.py:make_task "
+            "or module:function, returning model (a factory), train (or clients: one dataset "
+            "per client), test, and optionally loss and metric (see examples/fl_job.py)."),
+    buffers=O("average", "--buffers", help="Model buffers (BatchNorm statistics): average "
+              "(the server averages the clients' and sends them down) or local (each client "
+              "keeps its own; the server evaluates their average)."),
     clients=O(10, "--clients"),
     rounds=O(200, "--rounds"),
     algorithm=O("fedsgd", "--algorithm", help="fedsgd (one gradient per round) or fedavg "
@@ -106,7 +112,8 @@ FL = SimpleNamespace(  # the options of `co3 simulate fl`, in the order --help l
 @simulate_app.command("fl")
 def simulate_fl_cli(
     ctx: typer.Context, output: str = FL.output, config: Optional[Path] = FL.config,
-    set_: List[str] = FL.set_, task: str = FL.task, clients: int = FL.clients,
+    set_: List[str] = FL.set_, task: str = FL.task, entry: Optional[str] = FL.entry,
+    buffers: str = FL.buffers, clients: int = FL.clients,
     rounds: int = FL.rounds, algorithm: str = FL.algorithm, local_steps: int = FL.local_steps,
     batch_size: int = FL.batch_size, lr: float = FL.lr, server_lr: float = FL.server_lr,
     momentum: float = FL.momentum, lr_schedule: str = FL.lr_schedule, partition: str = FL.partition,
@@ -147,6 +154,7 @@ def simulate_fl_cli(
 
     Example: co3 simulate fl -c co3 --format fp4-co3 --uplink lognormal:10mbit:0.5 --downlink 10x
     --latency 20ms --target 0.9 -o run/
+    Example: co3 simulate fl --entry examples/fl_job.py:make_task --clients 5 -c co3 -o mine/
     """
     from co3cli.simulate.flconfig import OPTIONS, resolve_config
     from co3cli.simulate.flrun import run_job

@@ -159,7 +159,8 @@ class Clock:
 
     def plan_msgs(self, r: int, msgs) -> Plan:
         """:meth:`plan` of the round's ``ClientMsg`` list (client order)."""
-        return self.plan(r, [m.client for m in msgs], [sum(map(len, m.payloads)) for m in msgs],
+        up = [sum(map(len, m.payloads)) + len(m.buffers) for m in msgs]  # buffers ride raw
+        return self.plan(r, [m.client for m in msgs], up,
                          [m.t_compute for m in msgs], [m.t_compress for m in msgs],
                          [m.straggler_time for m in msgs])
 

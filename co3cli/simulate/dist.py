@@ -6,15 +6,16 @@
     round r:  client c lives on rank 1 + c % W (clients > W are multiplexed)
       rank k: for its clients in `who`: ClientMsg -> message bytes --send--> rank 0
       rank 0: recv in client order, check, decode, average, step, eval, metrics row
-      rank 0 --broadcast--> status (0 go on, 1 stop), then the model's parameters
+      rank 0 --broadcast--> status (0 go on, 1 stop), then the model's parameters (and, with
+                          buffers="average", the server's buffers: co3cli.tasks.buffers)
 
 Message (client -> server), little-endian::
 
     b"CO3M" | round u32 | client u32 | nlayers u32 | loss f64 | t_compute f64 | t_compress f64
     | entropy_bits f64 (NaN: none) | straggler_time f64 | recovered f64 | diverged u8
     | scale_fallbacks u32
-    | nlayers x payload length u32 | payloads
-    | CRC-32 of everything before, u32
+    | nlayers x payload length u32 | payloads     (nlayers counts the model's layers + 1: the
+    | CRC-32 of everything before, u32              last piece holds the buffers, maybe empty)
 
 sent as an int64 length then the bytes (``dist.send``). A message whose CRC, magic, round or
 client does not match is reported on stderr with its rank and round and left out of the
@@ -68,11 +69,12 @@ def client_rank(c: int, world: int) -> int:
 
 def encode_message(r: int, msg) -> bytes:
     ent = math.nan if msg.entropy_bits is None else msg.entropy_bits
-    head = _HEAD.pack(MAGIC, r, msg.client, len(msg.payloads), msg.loss, msg.t_compute,
+    pieces = list(msg.payloads) + [msg.buffers]
+    head = _HEAD.pack(MAGIC, r, msg.client, len(pieces), msg.loss, msg.t_compute,
                       msg.t_compress, ent, msg.straggler_time, msg.recovered,
                       1 if msg.diverged else 0, msg.scale_fallbacks)
-    lens = struct.pack(f"<{len(msg.payloads)}I", *(len(p) for p in msg.payloads))
-    body = head + lens + b"".join(msg.payloads)
+    lens = struct.pack(f"<{len(pieces)}I", *(len(p) for p in pieces))
+    body = head + lens + b"".join(pieces)
     return body + struct.pack("<I", zlib.crc32(body))
 
 
@@ -87,7 +89,7 @@ def decode_message(data: bytes, r: int, client: int, rank: int, nlayers: int):
     if zlib.crc32(body) != crc:
         raise CorruptDataError(f"{where} failed its checksum")
     magic, rr, cc, n, loss, t_comp, t_cmp, ent, st, rec, div, fb = _HEAD.unpack_from(body, 0)
-    if magic != MAGIC or rr != r or cc != client or (n != nlayers and not div):
+    if magic != MAGIC or rr != r or cc != client or n < 1 or (n != nlayers + 1 and not div):
         raise CorruptDataError(f"{where} is for round {rr}, client {cc}, {n} layers")
     pos = _HEAD.size
     if len(body) < pos + 4 * n:
@@ -100,8 +102,9 @@ def decode_message(data: bytes, r: int, client: int, rank: int, nlayers: int):
     for k in lens:
         payloads.append(bytes(body[pos:pos + k]))
         pos += k
-    return ClientMsg(cc, payloads, loss, t_comp, t_cmp, None if math.isnan(ent) else ent,
-                     diverged=bool(div), straggler_time=st, recovered=rec, scale_fallbacks=fb)
+    return ClientMsg(cc, payloads[:-1], loss, t_comp, t_cmp, None if math.isnan(ent) else ent,
+                     diverged=bool(div), straggler_time=st, recovered=rec, scale_fallbacks=fb,
+                     buffers=payloads[-1])
 
 
 def _send_bytes(data: bytes, dst: int) -> None:
@@ -140,6 +143,21 @@ def _set_params(sim, flat) -> None:
             n = p.numel()
             p.copy_(flat[pos:pos + n].view_as(p))
             pos += n
+
+
+def _broadcast_buffers(sim) -> None:
+    """The server's buffers to the clients, when the buffer rule sends them down."""
+    if not sim.buffers.sent_down:
+        return
+    import torch
+    import torch.distributed as dist
+
+    from co3cli.tasks.buffers import pack_buffers, unpack_buffers
+
+    t = torch.frombuffer(bytearray(pack_buffers(sim.buffers.server)), dtype=torch.uint8)
+    dist.broadcast(t, src=0)
+    if dist.get_rank():
+        sim.buffers.set_server(unpack_buffers(t.numpy().tobytes(), sim.buffers.live))
 
 
 def _broadcast_status(status: int) -> int:
@@ -190,6 +208,7 @@ def serve(cfg, out: Path, world: int, progress: bool = False) -> None:
             released = True
             if not stop:
                 dist.broadcast(_flat_params(sim), src=0)
+                _broadcast_buffers(sim)
     except Diverged as exc:
         log.stopped = str(exc)
     finally:
@@ -229,6 +248,7 @@ def work(cfg, out: Path, rank: int, world: int) -> None:
                 break
             dist.broadcast(flat, src=0)
             _set_params(sim, flat)
+            _broadcast_buffers(sim)
     finally:
         if writer is not None:
             writer.close()

@@ -55,6 +55,7 @@ import numpy as np
 from co3cli.errors import InputError
 from co3cli.simulate.clock import CLOCK_COLUMNS, Clock, ClockLog, clock_fields
 from co3cli.simulate.flconfig import FLConfig, check_config, lr_at, straggler_config
+from co3cli.tasks.fltask import partition, task_shards  # noqa: F401 (partition: public here)
 
 METRICS = (
     "round", "lr", "train_loss", "test_loss", "test_accuracy", "participants",
@@ -63,38 +64,6 @@ METRICS = (
     "t_compute", "t_compress", "t_decompress", "t_server", "t_eval",
     "straggler_time", "straggler_recovered", "scale_fallbacks",
 ) + CLOCK_COLUMNS  # the wall clock (co3cli.simulate.clock)
-
-
-# -- data split ------------------------------------------------------------------------------------
-def partition(labels: np.ndarray, cfg: FLConfig, rng: np.random.Generator) -> list[np.ndarray]:
-    """Sorted train indices of each client (every client gets at least one example)."""
-    n, k = len(labels), cfg.clients
-    if k > n:
-        raise InputError(f"clients={k} exceeds the {n} training examples of {cfg.task}")
-    if cfg.partition == "iid":
-        parts = np.array_split(rng.permutation(n), k)
-    elif cfg.partition == "shards":
-        nshards = k * cfg.shards_per_client
-        if nshards > n:
-            raise InputError(f"clients x shards_per_client = {nshards} exceeds {n} examples")
-        order = np.argsort(labels, kind="stable")
-        shards = np.array_split(order, nshards)
-        pick = rng.permutation(nshards).reshape(k, cfg.shards_per_client)
-        parts = [np.concatenate([shards[s] for s in row]) for row in pick]
-    else:  # dirichlet: per class, shares drawn from Dir(alpha) over the clients
-        parts_l: list[list[np.ndarray]] = [[] for _ in range(k)]
-        for c in np.unique(labels):
-            idx = rng.permutation(np.flatnonzero(labels == c))
-            share = rng.dirichlet(np.full(k, cfg.alpha))
-            cuts = (np.cumsum(share)[:-1] * len(idx)).astype(np.int64)
-            for j, piece in enumerate(np.split(idx, cuts)):
-                parts_l[j].append(piece)
-        parts = [np.concatenate(p) for p in parts_l]
-        empty = [j for j, p in enumerate(parts) if p.size == 0]
-        for j in empty:  # give an empty client one example of the largest client
-            donor = int(np.argmax([p.size for p in parts]))
-            parts[j], parts[donor] = parts[donor][-1:], parts[donor][:-1]
-    return [np.sort(p) for p in parts]
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -132,9 +101,12 @@ def prepare_output(out: str | os.PathLike, overwrite: bool) -> Path:
 
 
 def run_fl(cfg: FLConfig, out: str | os.PathLike, *, progress: bool = False,
-           overwrite: bool = False, on_round: Callable[[dict], None] | None = None) -> FLResult:
+           overwrite: bool = False, on_round: Callable[[dict], None] | None = None,
+           task: Any = None) -> FLResult:
     """Run ``cfg`` in this process; write ``config.json``, ``metrics.csv``, ``summary.json``
-    and ``model.pt`` (the final server model's state_dict) into ``out``."""
+    and ``model.pt`` (the final server model's state_dict) into ``out``. ``task``: an
+    ``FLTask`` or an entry function, instead of ``cfg.entry``/``cfg.task`` (config.json then
+    describes it but cannot rerun it; ``cfg.entry`` can)."""
     import torch
 
     comp = check_config(cfg)
@@ -142,7 +114,7 @@ def run_fl(cfg: FLConfig, out: str | os.PathLike, *, progress: bool = False,
     old_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        sim = Simulation(cfg, comp)
+        sim = Simulation(cfg, comp, task)
         log = RunLog(sim, out, progress)
         try:
             for r in range(cfg.rounds):
@@ -171,6 +143,7 @@ class ClientMsg:
     straggler_time: float = 0.0  # simulated time of its coded backward products (stragglers)
     recovered: float = math.nan  # fraction of their blocks recovered
     scale_fallbacks: int = 0  # layers whose scale rule fell back this round (Packet.scale_fallbacks)
+    buffers: bytes = b""  # the model's buffers after the client's work (FLTask buffer rule)
 
 
 class Simulation:
@@ -183,27 +156,31 @@ class Simulation:
     which is what makes them agree bit for bit.
     """
 
-    def __init__(self, cfg: FLConfig, comp):
+    def __init__(self, cfg: FLConfig, comp, task: Any = None):
         import torch
 
-        from co3cli.tasks import build_model, load_task_data
         from co3cli.compressors import ErrorFeedback
+        from co3cli.tasks.buffers import BufferState
+        from co3cli.tasks.fltask import resolve_task
 
         self.cfg, self.comp = cfg, comp
         root = np.random.SeedSequence(cfg.seed)
         split_ss, part_ss, server_ss, client_ss = root.spawn(4)
-        self.train, self.test = load_task_data(cfg.task, cfg.test_fraction,
-                                               int(split_ss.generate_state(1)[0]))
-        self.labels = self.train.y.numpy()
-        self.shards = partition(self.labels, cfg, np.random.default_rng(part_ss))
-        self.model = build_model(cfg.task, cfg.seed)
+        self.task = resolve_task(cfg.task, cfg.entry, cfg.seed, cfg.test_fraction,
+                                 int(split_ss.generate_state(1)[0]), task)
+        self.train, self.test = self.task.train, self.task.test
+        self.shards = task_shards(self.task, cfg, np.random.default_rng(part_ss))
+        self.model = self.task.build_model(cfg.seed)
+        if not self.task.builtin:
+            self.task.probe(self.model)
+        self.buffers = BufferState(self.model, cfg.buffers, cfg.clients)
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.named = named
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.numel = [p.numel() for p in self.params]
         self.entries = sum(self.numel)
-        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.loss_fn = self.task.loss_fn
         self.batch_rng = [np.random.default_rng(s) for s in client_ss.spawn(cfg.clients)]
         self.comp_rng = [np.random.default_rng(s) for s in client_ss.spawn(cfg.clients)]
         self.server_rng = np.random.default_rng(server_ss)
@@ -243,6 +220,7 @@ class Simulation:
 
     def client_round(self, c: int, r: int, lr: float) -> ClientMsg:
         cfg = self.cfg
+        self.buffers.start(c)
         t0 = time.perf_counter()
         straggler_time, recovered = 0.0, math.nan
         if self.coded is not None:  # this client's backward products go through the code
@@ -256,7 +234,8 @@ class Simulation:
             grads, loss = _client_update(cfg, self.model, self.params, self.loss_fn,
                                          self.train, self.shards[c], self.batch_rng[c], lr)
         t_compute = time.perf_counter() - t0
-        if not math.isfinite(loss) or not all(np.isfinite(g).all() for g in grads):
+        blob = self.buffers.upload(c)
+        if blob is None or not math.isfinite(loss) or not all(np.isfinite(g).all() for g in grads):
             return ClientMsg(c, [], loss, t_compute, 0.0, None, diverged=True)
         payloads, ent, ent_ok, rows, fallbacks = [], 0.0, True, {}, 0
         t_compress = 0.0
@@ -280,7 +259,7 @@ class Simulation:
             self.dump_rows = rows
         return ClientMsg(c, payloads, loss, t_compute, t_compress, ent if ent_ok else None,
                          straggler_time=straggler_time, recovered=recovered,
-                         scale_fallbacks=fallbacks)
+                         scale_fallbacks=fallbacks, buffers=blob)
 
     def server_round(self, r: int, lr: float, who, msgs: list[ClientMsg]) -> dict[str, Any]:
         """Decode, average and apply one round's uploads; the metrics row (no eval yet)."""
@@ -303,6 +282,7 @@ class Simulation:
         t_decompress = time.perf_counter() - t0
         n_on = len(msgs) - int(plan.late.sum())
         t0 = time.perf_counter()
+        self.buffers.aggregate([m.buffers for m in msgs])
         step = lr if cfg.algorithm == "fedsgd" else cfg.server_lr
         with torch.no_grad():
             for j, p in enumerate(self.params):
@@ -311,7 +291,7 @@ class Simulation:
                 buf.mul_(cfg.momentum).add_(avg)
                 p.sub_(step * buf)
         t_server = time.perf_counter() - t0
-        nbytes = sum(len(p) for m in msgs for p in m.payloads)
+        nbytes = sum(len(p) for m in msgs for p in m.payloads) + sum(len(m.buffers) for m in msgs)
         entries = self.entries * len(msgs)
         ent = [m.entropy_bits for m in msgs]
         return {
@@ -333,9 +313,7 @@ class Simulation:
         }
 
     def evaluate(self) -> tuple[float, float]:
-        from co3cli.tasks import evaluate
-
-        return evaluate(self.model, self.test.x, self.test.y)
+        return self.task.evaluate(self.model)
 
     def config_doc(self) -> dict[str, Any]:
         from co3cli.fileio import created_timestamp, versions
@@ -344,7 +322,8 @@ class Simulation:
             "schema": "co3.simulate-fl/1", "config": self.cfg.to_dict(),
             "compressor": self.comp.config(), "model_parameters": self.entries,
             "layers": dict(zip(self.names, self.numel)),
-            "shard_sizes": [int(s.size) for s in self.shards], "n_train": len(self.labels),
+            "shard_sizes": [int(s.size) for s in self.shards], "n_train": len(self.train),
+            "task": self.task.describe(), "buffers": self.buffers.sizes(),
             "n_test": len(self.test.y), "versions": versions(), "created": created_timestamp(),
             "clock": self.clock.config(),
         }

@@ -81,6 +81,10 @@ class FLConfig:
     round_deadline: str | None = None  # drop clients arriving later (needs a fixed compute_time)
     target: float | None = None  # test accuracy for summary.json's time to target
     link_seed: int | None = None  # the link and device draws (None: seed)
+    # bring your own task: "path/to/job.py:make_task" or "module:function" (co3cli.tasks.fltask;
+    # ``task`` is then ignored); buffers (BatchNorm statistics): "average" or "local"
+    entry: str | None = None
+    buffers: str = "average"
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -110,10 +114,17 @@ FIELDS = tuple(f.name for f in dataclasses.fields(FLConfig))
 
 def check_config(cfg: FLConfig):
     """Validate ``cfg`` (InputError naming the field); return the configured compressor."""
-    from co3cli.tasks import get_task
     from co3cli.compressors import get_compressor
+    from co3cli.tasks import get_task
+    from co3cli.tasks.buffers import BUFFER_RULES
+    from co3cli.tasks.fltask import check_entry
 
-    get_task(cfg.task)
+    if cfg.entry is None:
+        get_task(cfg.task)
+    else:
+        check_entry(cfg.entry)
+    if cfg.buffers not in BUFFER_RULES:
+        raise InputError(f"buffers={cfg.buffers!r} is not one of {', '.join(BUFFER_RULES)}")
     check_int("clients", cfg.clients, 1)
     check_int("rounds", cfg.rounds, 1)
     for name, allowed in (("algorithm", ALGORITHMS), ("partition", PARTITIONS),
@@ -291,7 +302,8 @@ FIELD_OPTIONS = ("task", "clients", "rounds", "algorithm", "local_steps", "batch
                  "server_lr", "momentum", "lr_schedule", "partition", "alpha",
                  "shards_per_client", "participation", "gamma", "eval_every", "seed",
                  "dump_client", "uplink", "downlink", "latency", "compute_factor", "compute_time",
-                 "round_deadline", "target", "link_seed")
+                 "round_deadline", "target", "link_seed",
+                 "entry", "buffers")
 CO3_OPTIONS = ("format", "scale", "coder", "model", "refit_every")  # -> co3's parameters
 STRAGGLER_OPTIONS = {"windows": "windows", "classes": "class_sizes",
                      "straggler_workers": "workers", "deadline": "deadline",
@@ -317,6 +329,8 @@ def resolve_config(options: dict[str, Any] | None = None, *, file: str | Path | 
     unknown = sorted(set(opts) - set(OPTIONS))
     if unknown:
         raise InputError(f"unknown simulate fl option(s) {unknown}; allowed: {', '.join(OPTIONS)}")
+    if "task" in opts and "entry" in opts:
+        raise InputError("give --task (a built-in task) or --entry (your own), not both")
     if "compressor" in opts:
         _set_compressor(doc, opts["compressor"])
     doc.update({k: opts[k] for k in FIELD_OPTIONS if k in opts})

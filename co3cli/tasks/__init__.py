@@ -4,12 +4,13 @@
 
     TASKS.get(id) -> Task(dataset, model, build) --build_model(id, seed)--> torch.nn.Module
                               |
-                              +--load_task_data(id)--> bundled data (co3cli.data) or a
-                                                       synthetic dataset --> (train, test)
+                              +--load_task_data(id)--> bundled data (co3cli.data), a
+                                                       synthetic dataset, or the task's own
+                                                       (``data``: stdlib text) --> (train, test)
 
-Used by ``co3 capture`` (``co3cli.capture``), federated learning (``co3cli.simulate.fl``) and
-the straggler training (``co3cli.simulate.uep.train``). All tasks are ReLU networks, so that,
-as in real training, part of every gradient is exactly zero; all run offline:
+Used by ``co3 capture`` (``co3cli.capture``), federated learning (``co3cli.simulate.fl``,
+through ``co3cli.tasks.fltask``) and the straggler training (``co3cli.simulate.uep.train``).
+All run offline:
 
     digits-mlp              8x8 digits,   MLP 64-64-10
     digits-cnn              8x8 digits,   CNN conv3x3(8)-pool-conv3x3(16)-pool-fc(10)
@@ -18,6 +19,19 @@ as in real training, part of every gradient is exactly zero; all run offline:
     synthetic-cifar-resnet  SYNTHETIC 3x32x32 images (smooth random images, labels from a fixed
                             random linear teacher, so the loss decreases), ResNet with
                             BasicBlocks of widths 64-128-256 and batch norm (2.8M parameters)
+    mnist5k-resnet          MNIST 5k,     ResNet 32-64-128-256, one BasicBlock each, BN (1.2M)
+    mnist5k-resnet-large    MNIST 5k,     ResNet 64-128-256-512, one BasicBlock each, BN (4.9M)
+    digits-resnet-tiny      8x8 digits,   ResNet 8-16 with BN (5k; for tests)
+    stdlib-charlm           this Python's stdlib sources (``co3cli.tasks.text``) in windows of
+                            64 characters, a causal character transformer d256 x 4 blocks
+                            (3.2M; ``co3cli.tasks.zoo``); metric: next-character accuracy
+    stdlib-charlm-tiny      the text's first 200k characters, windows of 16, d32 x 1 (22k)
+
+The MLPs and CNNs are ReLU networks, so that, as in real training, part of every gradient is
+exactly zero; the transformer's gradients have no exact-zero rows but the embedding's (the
+characters a batch does not hold). Sequence models put the class dimension second (logits
+``(B, vocab, T)``, targets ``(B, T)``), so cross-entropy and ``evaluate`` (which counts every
+character) treat them like classifiers.
 
 A new task is one registration: ``TASKS.register(Task("id", "dataset", "model-id", builder))``.
 The optimizers that train them (``--optimizer``) are the registry ``OPTIMIZERS``: ``sgd``
@@ -41,7 +55,9 @@ from co3cli.registry import Registry
 class Task:
     """A built-in capture task: a dataset and a model builder (``build()`` -> ``nn.Module``).
 
-    ``synthetic`` marks tasks whose data are generated (see ``synthetic_dataset``), not bundled.
+    ``synthetic`` marks tasks whose data are generated (see ``synthetic_dataset``), not bundled;
+    ``data`` builds a dataset that is neither (the text windows of the language models), and
+    ``provenance`` describes it (Python version, text hash).
     """
 
     id: str
@@ -49,6 +65,8 @@ class Task:
     model: str
     build: Callable[[], Any]
     synthetic: bool = False
+    data: Callable[[], Any] | None = None  # the dataset, when it is neither bundled nor synthetic
+    provenance: Callable[[], dict[str, Any]] | None = None  # of that dataset (recorded by FL)
 
 
 TASKS: Registry[Task] = Registry("capture task")
@@ -106,43 +124,10 @@ def _mnist_cnn() -> Any:
     )
 
 
-def _resnet_cifar(widths: tuple[int, ...] = (64, 128, 256), blocks: int = 2,
-                  num_classes: int = 10) -> Any:
-    """A CIFAR-style ResNet: conv3x3 stem, BasicBlock stages (stride 2 between), avgpool, fc."""
-    import torch
-    from torch import nn
+def _resnet_cifar() -> Any:
+    from co3cli.tasks.zoo import resnet
 
-    class BasicBlock(nn.Module):
-        def __init__(self, cin: int, cout: int, stride: int):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.shortcut = nn.Sequential()
-            if stride != 1 or cin != cout:
-                self.shortcut = nn.Sequential(
-                    nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-                )
-
-        def forward(self, x):
-            out = torch.relu(self.bn1(self.conv1(x)))
-            return torch.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
-
-    mods: list[tuple[str, Any]] = [
-        ("conv1", nn.Conv2d(3, widths[0], 3, 1, 1, bias=False)),
-        ("bn1", nn.BatchNorm2d(widths[0])),
-        ("relu1", nn.ReLU()),
-    ]
-    cin = widths[0]
-    for i, w in enumerate(widths):
-        stage = [BasicBlock(cin if b == 0 else w, w, 2 if (b == 0 and i > 0) else 1)
-                 for b in range(blocks)]
-        mods.append((f"layer{i + 1}", nn.Sequential(*stage)))
-        cin = w
-    mods += [("pool", nn.AdaptiveAvgPool2d(1)), ("flatten", nn.Flatten()),
-             ("fc", nn.Linear(cin, num_classes))]
-    return nn.Sequential(OrderedDict(mods))
+    return resnet(3, (64, 128, 256), 2, 10)
 
 
 SYNTHETIC_DATASETS: Registry[dict[str, Any]] = Registry("synthetic dataset")
@@ -198,6 +183,55 @@ TASKS.register(Task("synthetic-cifar-resnet", "synthetic-cifar", "resnet-64-128-
                doc="synthetic 3x32x32 images, ResNet 64-128-256 with batch norm")
 
 
+def _charlm(context: int, d_model: int, layers: int, heads: int) -> Any:
+    from co3cli.tasks.zoo import char_transformer
+
+    return char_transformer(128, context, d_model, layers, heads)
+
+
+def _char_windows(name: str, context: int, max_chars: int | None) -> Any:
+    from co3cli.tasks.text import char_windows
+
+    return char_windows(name, context, max_chars)
+
+
+def _corpus_provenance(max_chars: int | None) -> dict[str, Any]:
+    from co3cli.tasks.text import stdlib_corpus
+
+    return stdlib_corpus(max_chars)[1]
+
+
+def _register_charlm(id: str, context: int, d_model: int, layers: int, heads: int,
+                     max_chars: int | None, doc: str) -> None:
+    from functools import partial
+
+    TASKS.register(Task(id, f"stdlib-text-{context}", f"char-transformer-d{d_model}-l{layers}"
+                        f"-h{heads}-t{context}", partial(_charlm, context, d_model, layers, heads),
+                        data=partial(_char_windows, id, context, max_chars),
+                        provenance=partial(_corpus_provenance, max_chars)), doc=doc)
+
+
+def _resnet_mnist(widths: tuple[int, ...], blocks: int) -> Any:
+    from co3cli.tasks.zoo import resnet
+
+    return resnet(1, widths, blocks, 10)
+
+
+_register_charlm("stdlib-charlm", 64, 256, 4, 4, None,
+                 "Python stdlib sources, char transformer d256 x4 layers, context 64 (3.2M)")
+_register_charlm("stdlib-charlm-tiny", 16, 32, 1, 2, 200_000,
+                 "the first 200k chars of the stdlib text, char transformer d32 x1, context 16")
+TASKS.register(Task("mnist5k-resnet", "mnist5k", "resnet-32-64-128-256-x1-bn-relu",
+                    lambda: _resnet_mnist((32, 64, 128, 256), 1)),
+               doc="MNIST 5k, ResNet 32-64-128-256 (1 block each) with batch norm (1.2M)")
+TASKS.register(Task("mnist5k-resnet-large", "mnist5k", "resnet-64-128-256-512-x1-bn-relu",
+                    lambda: _resnet_mnist((64, 128, 256, 512), 1)),
+               doc="MNIST 5k, ResNet 64-128-256-512 (1 block each) with batch norm (4.9M)")
+TASKS.register(Task("digits-resnet-tiny", "digits", "resnet-8-16-x1-bn-relu",
+                    lambda: _resnet_mnist((8, 16), 1)),
+               doc="8x8 digits, ResNet 8-16 (1 block each) with batch norm (tests)")
+
+
 def get_task(task: str) -> Task:
     """The registered task ``task``; unknown ids raise InputError listing the allowed ones."""
     return TASKS.get(task)
@@ -218,7 +252,10 @@ def load_task_data(task: str, test_fraction: float = 0.2, seed: int = 0) -> tupl
     from co3cli.data import load_dataset, train_test_split
 
     spec = get_task(task)
-    ds = synthetic_dataset(spec.dataset) if spec.synthetic else load_dataset(spec.dataset)
+    if spec.data is not None:
+        ds = spec.data()
+    else:
+        ds = synthetic_dataset(spec.dataset) if spec.synthetic else load_dataset(spec.dataset)
     return train_test_split(ds, test_fraction, seed)
 
 
@@ -239,7 +276,8 @@ def epoch_batches(train, batch_size: int, gen) -> Any:
 
 def evaluate_counts(model, x, y, batch: int = 1024) -> tuple[float, int, int]:
     """``(summed cross-entropy, correct predictions, entries)`` of ``model`` on ``(x, y)``, in
-    eval mode, in batches of ``batch`` (the model is put back in train mode)."""
+    eval mode, in batches of ``batch`` (the model is put back in train mode). The class
+    dimension of the output is 1; sequence targets ``y`` (N, T) count N * T entries."""
     import torch
 
     model.eval()
@@ -250,7 +288,7 @@ def evaluate_counts(model, x, y, batch: int = 1024) -> tuple[float, int, int]:
             loss += float(torch.nn.functional.cross_entropy(out, y[i:i + batch], reduction="sum"))
             correct += int((out.argmax(1) == y[i:i + batch]).sum())
     model.train()
-    return loss, correct, len(y)
+    return loss, correct, int(y.numel())
 
 
 def evaluate(model, x, y, batch: int = 1024) -> tuple[float, float]:
