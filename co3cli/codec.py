@@ -472,7 +472,7 @@ def read_co3_setup(header: dict):
     return grid, coder
 
 
-def _block_table(block, grid, coder):
+def block_table(block, grid, coder):
     """The block's parsed table (a group's members parse it once: ``block.cache``)."""
     table = block.cache.get("table")
     if table is None:
@@ -485,7 +485,7 @@ def _block_table(block, grid, coder):
 
 def iter_decode_block(block, grid, coder, numel: int, shape=None):
     """Symbols (numel,) of each step of one verified layer block, in order."""
-    table = _block_table(block, grid, coder)
+    table = block_table(block, grid, coder)
     cols = row_length(shape, numel)
     for body in block.bodies:
         yield table.decode(body, numel, cols=cols)
@@ -505,7 +505,7 @@ def decode_values(block, grid, coder, numel: int, shape=None,
                   workers: Workers | None = None) -> np.ndarray:
     """Dequantized values (steps, numel) float32 of one verified layer block; ``workers``
     share its rows among threads (the same values without)."""
-    table = _block_table(block, grid, coder)
+    table = block_table(block, grid, coder)
     cols = row_length(shape, numel)
     values = np.empty((len(block.bodies), numel), dtype=np.float32)
 

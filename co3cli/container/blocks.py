@@ -261,7 +261,7 @@ class Co3File:
 
     def read_layer(self, i: int) -> LayerBlock:
         start = self.offsets[i]
-        if start in self._groups:
+        if i in self._groups.get(start, ()):  # a group read before, this member not yet
             return self._take(start, i)
         buf = self._block(start)
         if buf[:4] == GROUP_TAG and self.version[1] >= 1:
