@@ -39,9 +39,11 @@ from co3cli import __version__
 from co3cli import codebook as cb
 from co3cli import tables
 from co3cli.checks import check_int
-from co3cli.coding import coder_from_config, get_coder, row_length
+from co3cli.coding import get_coder, row_length
 from co3cli.container import Co3Writer, open_co3, plan_config, plan_groups, plan_units
-from co3cli.errors import CorruptDataError, InputError
+from co3cli.container.decode import (block_table, decode_block, iter_decode_block,  # noqa: F401
+                                     read_co3_setup)  # (decode_block, iter_decode_block: re-exported)
+from co3cli.errors import InputError
 from co3cli.fileio import created_timestamp, input_path, output_file, progress_iter
 from co3cli.formats import get_grid
 from co3cli.quantize import TIE_RULE, dequantize
@@ -457,48 +459,6 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
         result.nonfinite_replaced = int(sum(dump.nonfinite_counts.values()))
     result.seconds = time.perf_counter() - t0
     return result
-
-
-def read_co3_setup(header: dict):
-    """Grid and coder described by a verified ``.co3`` header."""
-    try:
-        grid = get_grid(header["format"]["id"])
-        coder = coder_from_config(header["coder"])
-    except (KeyError, TypeError, InputError) as e:
-        raise CorruptDataError(f"header does not describe a usable format/coder ({e})") from None
-    if grid.config() != header["format"]:
-        raise CorruptDataError(f"header's format {header['format']} disagrees with this co3cli's "
-                               f"definition of {grid.id!r}")
-    return grid, coder
-
-
-def block_table(block, grid, coder):
-    """The block's parsed table (a group's members parse it once: ``block.cache``)."""
-    table = block.cache.get("table")
-    if table is None:
-        try:
-            table = block.cache["table"] = coder.table_from_bytes(block.table, grid.nsym)
-        except InputError as e:
-            raise CorruptDataError(f"layer {block.name}: bad table ({e})") from None
-    return table
-
-
-def iter_decode_block(block, grid, coder, numel: int, shape=None):
-    """Symbols (numel,) of each step of one verified layer block, in order."""
-    table = block_table(block, grid, coder)
-    cols = row_length(shape, numel)
-    for body in block.bodies:
-        yield table.decode(body, numel, cols=cols)
-
-
-def decode_block(block, grid, coder, numel: int, shape=None) -> np.ndarray:
-    """Symbols (steps, numel) of one verified layer block."""
-    if len(block.bodies) == 1:  # one step: the decoded row itself, no copy
-        return next(iter_decode_block(block, grid, coder, numel, shape))[None, :]
-    sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
-    for t, row in enumerate(iter_decode_block(block, grid, coder, numel, shape)):
-        sym[t] = row
-    return sym
 
 
 def decode_values(block, grid, coder, numel: int, shape=None,

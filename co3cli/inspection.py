@@ -90,7 +90,7 @@ def _fallbacks(meta: dict, header: dict) -> int | None:
 def _parse_table(coder, block, grid):
     """The layer's integer table parses (CorruptDataError naming the layer otherwise; a
     group's table is parsed once)."""
-    from co3cli.codec import block_table
+    from co3cli.container.decode import block_table
 
     block_table(block, grid, coder)
 

@@ -155,7 +155,7 @@ def base_groups(steps: int = 2, seed: int = 0):
     layers = [{"name": f"l{i}.bias", "shape": [16], "numel": 16} for i in range(10)]
     header = dict(h, layers=layers + [{"name": "fc.weight", "shape": [8, 16], "numel": 128}],
                   small_layers=plan_config())
-    return header, dumps(g.meta), g.table.to_bytes(), members, lone
+    return header, zlib.compress(dumps(g.meta), 9), g.table.to_bytes(), members, lone
 
 
 def build_groups(parts=None, *, header=None, minor: int = 1, lone_index: int = 10, offsets=None,
@@ -174,15 +174,20 @@ def group_corpus() -> dict[str, bytes]:
     files = {"group_in_v10.co3": build_groups(minor=0),
              "group_count_lie.co3": build_groups(n=len(members) + 1),
              "group_member_lie.co3": build_groups(gaps=[0] * (len(members) - 1) + [1]),
-             "group_nested_meta.co3": build_groups((h, nested(100_000), table, members, lone)),
+             "group_nested_meta.co3": build_groups((h, zlib.compress(nested(100_000), 9), table,
+                                                    members, lone)),
+             "group_meta_bomb.co3": build_groups((h, bomb_z(dumps({"model": "gennorm-zi"}), 2),
+                                                  table, members, lone)),
+             "group_meta_not_zlib.co3": build_groups((h, dumps({"model": "gennorm-zi"}), table,
+                                                      members, lone)),
              "group_garbage_table.co3": build_groups((h, meta, b"\xff" * 40, members, lone))}
     short = [(i, [(s, b[: len(b) // 2]) for s, b in ch]) for i, ch in members]
     files["group_short_bodies.co3"] = build_groups((h, meta, table, short, lone))
     nan = [(members[0][0], [(float("nan"), members[0][1][0][1])] + members[0][1][1:])] + members[1:]
     files["group_nan_scale.co3"] = build_groups((h, meta, table, nan, lone))
     files["group_body_overrun.co3"] = build_groups(body_lens=[1 << 20, 1 << 20])
-    files["group_bad_layers_meta.co3"] = build_groups((h, dumps({"model": "gennorm-zi",
-                                                                 "layers": [1]}), table, members, lone))
+    files["group_bad_layers_meta.co3"] = build_groups((h, zlib.compress(dumps(
+        {"model": "gennorm-zi", "layers": [1]})), table, members, lone))
     g0 = len(header_block(zlib.compress(dumps(h), 9)))  # the group's offset
     lone_at = len(build_groups()) - len(layer_block(10, *lone)) - (4 + 4 + 8 * 11 + 4 + 7)
     files["group_split_offsets.co3"] = build_groups(offsets=[g0] * 9 + [lone_at, lone_at])

@@ -4,6 +4,7 @@ with one ``co3: error:`` line, no traceback, nothing left behind, bounded memory
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,8 @@ def test_group_corpus_says_what_is_wrong():
 
     expect = {"group_in_v10.co3": "layer index is inconsistent",
               "group_count_lie.co3": "members declared", "group_member_lie.co3": "where the layer index",
-              "group_nested_meta.co3": "levels deep", "group_nan_scale.co3": "not a positive number",
+              "group_nested_meta.co3": "levels deep", "group_meta_bomb.co3": "inflates to more than",
+              "group_meta_not_zlib.co3": "unreadable metadata", "group_nan_scale.co3": "not a positive number",
               "group_body_overrun.co3": "overruns", "group_bad_layers_meta.co3": "per-layer metadata",
               "group_split_offsets.co3": "members declared"}
     for name, msg in expect.items():
@@ -232,6 +234,9 @@ def test_fuzz_group_layout(data):
         kw["body_lens"] = data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=2, max_size=2))
     elif kind in ("meta", "table"):
         blob = data.draw(st.binary(max_size=64))
+        if kind == "meta" and data.draw(st.booleans()):  # well-formed zlib, lying JSON inside
+            blob = zlib.compress(data.draw(st.one_of(st.binary(max_size=64), st.just(nested(5000)),
+                                                     st.just(b'{"layers":{"0":1}}'))))
         meta, table = (blob, table) if kind == "meta" else (meta, blob)
     elif kind == "body":
         k = data.draw(st.integers(0, len(members) - 1))

@@ -9,7 +9,7 @@ byte is detected before anything is decoded::
     block     := layer | group                      (group: version 1.1 and later)
     layer     := "LYR\\0" | index u32 | meta_len u32 | meta JSON | table_len u32 | table
                  | chunk * steps | crc32(the whole layer block before it) u32
-    group     := "GRP\\0" | n u32 | meta_len u32 | meta JSON | table_len u32 | table
+    group     := "GRP\\0" | n u32 | meta_len u32 | meta (zlib-compressed JSON) | table_len u32 | table
                  | member * n | crc32(the whole group block before it) u32
     member    := gap uvarint | chunk * steps       (its layer index: the previous member's
                                                     + 1 + gap; the first member's: gap)
@@ -44,7 +44,8 @@ naming the limit, before anything big is allocated; memory stays bounded on host
 ``MAX_HEADER``         compressed header: at most 16 MiB
 ``MAX_HEADER_JSON``    inflated header JSON: at most 16 MiB (inflated incrementally, so a
                        zlib bomb is stopped at the limit)
-``MAX_META``           one block's metadata JSON: at most 1 MiB
+``MAX_META``           one block's metadata JSON: at most 1 MiB (a group's: inflated
+                       incrementally, stopped at the limit)
 ``MAX_DEPTH``          JSON nesting (header and metadata): at most 64 levels
 ``MAX_TABLE``          one block's integer table: at most 16 MiB
 ``MAX_CHUNK``          one chunk's body: at most 1 GiB (and within its block)

@@ -132,8 +132,8 @@ class Co3Writer:
         indices = [i for i, _ in members]
         for i, chunks in members:
             self._check_chunks(i, chunks)
-        start = self._claim(indices)
-        mj = _json(meta)
+        self._claim(indices)
+        mj = zlib.compress(_json(meta), 9)
         head = _LAYER_HEAD.pack(GROUP_TAG, len(members), len(mj)) + mj + _U32.pack(len(table)) + table
         parts, prev = [], -1
         for i, chunks in members:
@@ -203,8 +203,10 @@ def _check_scales(scales, what: str) -> None:
         raise CorruptDataError(f"{what}: a scale is not a positive number")
 
 
-def _meta_table(buf, mv, mlen: int, end: int, what: str) -> tuple[dict, bytes, int]:
-    """The metadata object and table after a block head; returns them and the position after."""
+def _meta_table(buf, mv, mlen: int, end: int, what: str,
+                zipped: bool = False) -> tuple[dict, bytes, int]:
+    """The metadata object (``zipped``: zlib-compressed JSON, a group's) and table after a
+    block head; returns them and the position after."""
     pos = _LAYER_HEAD.size
     if pos + mlen + 4 > end:
         raise CorruptDataError(f"{what}: metadata overruns the block")
@@ -219,6 +221,8 @@ def _meta_table(buf, mv, mlen: int, end: int, what: str) -> tuple[dict, bytes, i
     if pos + tlen > end:
         raise CorruptDataError(f"{what}: table overruns the block")
     table = bytes(mv[pos:pos + tlen])
+    if zipped:
+        meta_raw = inflate(meta_raw, what, "metadata", MAX_META)
     meta = parse_json(meta_raw, f"{what} metadata")
     if not isinstance(meta, dict):
         raise CorruptDataError(f"{what}: metadata is not a JSON object")
@@ -308,7 +312,7 @@ class Co3File:
         if n != len(refs):
             raise CorruptDataError(f"{what}: {n} members declared, the layer index points "
                                    f"{len(refs)} layers at it")
-        meta, table, pos = _meta_table(buf, mv, mlen, end, what)
+        meta, table, pos = _meta_table(buf, mv, mlen, end, what, zipped=True)
         per_layer = meta.pop("layers", {})
         if not isinstance(per_layer, dict) or not all(isinstance(v, dict) for v in per_layer.values()):
             raise CorruptDataError(f"{what}: per-layer metadata is not an object of objects")
@@ -323,13 +327,16 @@ class Co3File:
                                        f"has layer {i}")
             scales, bodies, payload, pos = _read_chunks(buf, pos, end, nsteps, f"layer {i}")
             name = self.header["layers"][i]["name"]
-            _check_scales(scales, f"layer {i} ({name})")
             out[i] = LayerBlock(i, name, {**meta, **per_layer.get(str(i), {})}, table, scales,
                                 bodies, 0, payload, refs[0], cache)
             sizes.append(pos - at)
             prev = i
         if pos != end:
             raise CorruptDataError(f"{what}: {end - pos} unexpected bytes after its members")
+        scales = np.concatenate([b.scales for b in out.values()])
+        if not np.all(np.isfinite(scales) & (scales > 0)):  # all at once; then say which
+            for i, b in out.items():
+                _check_scales(b.scales, f"layer {i} ({b.name})")
         shared = len(buf) - sum(sizes)
         for k, i in enumerate(refs):
             out[i].nbytes = sizes[k] + shared // n + (shared % n if k == 0 else 0)

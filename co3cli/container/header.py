@@ -55,21 +55,22 @@ def parse_json(raw: bytes, what: str) -> object:
         raise CorruptDataError(f"unreadable {what} ({str(e)[:200]})") from None
 
 
-def inflate(js: bytes, name: str) -> bytes:
-    """zlib-inflate the header, refusing more than MAX_HEADER_JSON bytes of output."""
+def inflate(js: bytes, name: str, what: str = "header", limit: int = MAX_HEADER_JSON) -> bytes:
+    """zlib-inflate ``what`` (the header; a group's metadata), refusing more than ``limit``
+    bytes of output."""
     d = zlib.decompressobj()
     try:
-        out = d.decompress(js, MAX_HEADER_JSON)
+        out = d.decompress(js, limit)
         if d.unconsumed_tail:
-            raise CorruptDataError(f"{name}: header inflates to more than {MAX_HEADER_JSON >> 20} MiB "
+            raise CorruptDataError(f"{name}: {what} inflates to more than {limit >> 20} MiB "
                                    "(limit; a decompression bomb?)")
         out += d.flush()
     except zlib.error as e:
-        raise CorruptDataError(f"{name}: unreadable header ({e})") from None
-    if len(out) > MAX_HEADER_JSON:
-        raise CorruptDataError(f"{name}: header inflates to more than {MAX_HEADER_JSON >> 20} MiB")
+        raise CorruptDataError(f"{name}: unreadable {what} ({e})") from None
+    if len(out) > limit:
+        raise CorruptDataError(f"{name}: {what} inflates to more than {limit >> 20} MiB")
     if not d.eof or d.unused_data:
-        raise CorruptDataError(f"{name}: unreadable header (incomplete or trailing zlib data)")
+        raise CorruptDataError(f"{name}: unreadable {what} (incomplete or trailing zlib data)")
     return out
 
 
