@@ -3,6 +3,9 @@
     dump.h5 ──read layer (steps, numel)──▶ scale per step ──▶ symbols per step
              ──▶ per-layer integer table (model fit of the scaled values, or a saved codebook)
              ──▶ one independently decodable chunk per step ──▶ grads.co3
+    small layers (``co3cli.container.plan``) ──read together──▶ scale, symbols per layer and step
+             ──▶ one table for the group (the model fitted to their scaled values pooled)
+             ──▶ one group block: each layer's chunks, each step decodable alone (``.co3`` 1.1)
 
 Lossless means ``decompress(compress(x)) == dequantize(quantize(x))`` bit for bit.
 Memory stays at a few times the largest layer, whatever the dump's total size.

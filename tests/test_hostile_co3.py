@@ -64,7 +64,8 @@ def test_group_corpus_says_what_is_wrong():
     expect = {"group_in_v10.co3": "layer index is inconsistent",
               "group_count_lie.co3": "members declared", "group_member_lie.co3": "where the layer index",
               "group_nested_meta.co3": "levels deep", "group_meta_bomb.co3": "inflates to more than",
-              "group_meta_not_zlib.co3": "unreadable metadata", "group_nan_scale.co3": "not a positive number",
+              "group_meta_not_zlib.co3": "unreadable metadata",
+              "group_nan_scale.co3": "not a positive number",
               "group_body_overrun.co3": "overruns", "group_bad_layers_meta.co3": "per-layer metadata",
               "group_split_offsets.co3": "members declared"}
     for name, msg in expect.items():
