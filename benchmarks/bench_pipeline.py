@@ -1,6 +1,7 @@
 """Whole-pipeline speed, one core: co3cli vs "torch fp8 cast + zstd-3", side by side.
 
     python benchmarks/bench_pipeline.py [--n 10000000] [--repeat 5] [--json]
+    python benchmarks/bench_pipeline.py --small [--repeat 7]   # small layers (bench_small.py)
     PYTHONPATH=/work/main python benchmarks/bench_pipeline.py   # another checkout's co3cli
 
 Input: one float32 layer of ``--n`` entries (GenNorm beta=0.9 with 15 % exact zeros, like a
@@ -124,7 +125,16 @@ def main():
     ap.add_argument("--n", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    ap.add_argument("--small", action="store_true", help="the small-layer rows instead "
+                    "(benchmarks/bench_small.py: 200 x 10^3, 10^5, 10^6 entries)")
+    args, rest = ap.parse_known_args()
+    if args.small:
+        import bench_small
+
+        return bench_small.main(rest + ["--repeat", str(args.repeat)]
+                                + (["--json"] if args.json else []))
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     import torch
 
     import co3cli

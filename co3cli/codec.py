@@ -3,6 +3,9 @@
     dump.h5 ──read layer (steps, numel)──▶ scale per step ──▶ symbols per step
              ──▶ per-layer integer table (model fit of the scaled values, or a saved codebook)
              ──▶ one independently decodable chunk per step ──▶ grads.co3
+    small layers (``co3cli.container.plan``) ──read together──▶ scale, symbols per layer and step
+             ──▶ one table for the group (the model fitted to their scaled values pooled)
+             ──▶ one group block: each layer's chunks, each step decodable alone (``.co3`` 1.1)
 
 Lossless means ``decompress(compress(x)) == dequantize(quantize(x))`` bit for bit.
 Memory stays at a few times the largest layer, whatever the dump's total size.
@@ -39,9 +42,11 @@ from co3cli import __version__
 from co3cli import codebook as cb
 from co3cli import tables
 from co3cli.checks import check_int
-from co3cli.coding import coder_from_config, get_coder, row_length
-from co3cli.container import Co3Writer, open_co3
-from co3cli.errors import CorruptDataError, InputError
+from co3cli.coding import get_coder, row_length
+from co3cli.container import Co3Writer, open_co3, plan_config, plan_groups, plan_units
+from co3cli.container.decode import (block_table, decode_block, iter_decode_block,  # noqa: F401
+                                     read_co3_setup)  # (decode_block, iter_decode_block: re-exported)
+from co3cli.errors import InputError
 from co3cli.fileio import created_timestamp, input_path, output_file, progress_iter
 from co3cli.formats import get_grid
 from co3cli.quantize import TIE_RULE, dequantize
@@ -248,19 +253,8 @@ def pipeline(items, read, work, write, nbytes, workers: Workers) -> None:
         write(pending.popleft()[0].result())
 
 
-def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="gennorm-zi",
-                 table=None, shape=None, workers: Workers | None = None) -> EncodedLayer:
-    """Quantize and entropy-code a (steps, numel) float32 layer.
-
-    ``table`` reuses a saved codebook table; otherwise one is built from ``model`` fitted to
-    this layer's scaled values (or from its counts for ``empirical``). ``shape`` is the
-    parameter's shape (context-modelling coders use its 2-D view). With a scale rule that can
-    fall back (``scales.GUARDED_RULES``: ``co3-poly``, ``gennorm-mse``) the metadata of a layer
-    where it did records how many steps' scales came from the fallback (``scale_fallbacks``;
-    ``scale_fallback``: the first 64 such steps, the rule used and why; absent: none did, so
-    files without a fallback keep their bytes), which ``co3 inspect`` shows. ``workers`` share
-    the rows (scale, quantize, encode) among threads; the result is the same without.
-    """
+def _quantize_layer(data: np.ndarray, grid, scale_rule, workers):
+    """Symbols (uint16, data's shape), per-row scale results and the symbol counts (int64)."""
     from co3cli.quantize import quantize
     from co3cli.scales import scale_info
 
@@ -276,8 +270,39 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
 
     parts = map_rows(workers, *data.shape, quantize_rows)
     infos = [i for part, _ in parts for i in part]
-    scales = np.array([i.scale for i in infos], dtype=np.float32)
-    counts = np.sum([c for _, c in parts], axis=0, dtype=np.int64)
+    counts = parts[0][1] if len(parts) == 1 else np.sum([c for _, c in parts], axis=0, dtype=np.int64)
+    return sym, infos, counts
+
+
+def _fallback_meta(infos) -> dict:
+    """Provenance of steps whose scale came from the fallback (none: empty, nothing written)."""
+    fell = [t for t, i in enumerate(infos) if i.fallback]
+    if not fell:
+        return {}
+    return {"scale_fallbacks": len(fell),
+            "scale_fallback": {"steps": fell[:64], "used": infos[fell[0]].used,
+                               "reason": infos[fell[0]].reason}}
+
+
+def _scales(infos) -> np.ndarray:
+    return np.array([i.scale for i in infos], dtype=np.float32)
+
+
+def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="gennorm-zi",
+                 table=None, shape=None, workers: Workers | None = None) -> EncodedLayer:
+    """Quantize and entropy-code a (steps, numel) float32 layer.
+
+    ``table`` reuses a saved codebook table; otherwise one is built from ``model`` fitted to
+    this layer's scaled values (or from its counts for ``empirical``). ``shape`` is the
+    parameter's shape (context-modelling coders use its 2-D view). With a scale rule that can
+    fall back (``scales.GUARDED_RULES``: ``co3-poly``, ``gennorm-mse``) the metadata of a layer
+    where it did records how many steps' scales came from the fallback (``scale_fallbacks``;
+    ``scale_fallback``: the first 64 such steps, the rule used and why; absent: none did, so
+    files without a fallback keep their bytes), which ``co3 inspect`` shows. ``workers`` share
+    the rows (scale, quantize, encode) among threads; the result is the same without.
+    """
+    sym, infos, counts = _quantize_layer(data, grid, scale_rule, workers)
+    scales = _scales(infos)
     if table is None:
         weights, meta = tables.model_weights(data, scales, counts, grid, model)
         table = coder.table_from_weights(weights)
@@ -287,15 +312,39 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
         if unusable.size:
             raise InputError(f"the codebook cannot code symbol(s) {unusable[:5].tolist()} of format "
                              f"{grid.id}; rebuild it with a model (every symbol codable)")
-    fell = [t for t, i in enumerate(infos) if i.fallback]
-    if fell:  # provenance: steps whose scale came from the fallback (none: nothing written)
-        meta = {**meta, "scale_fallbacks": len(fell),
-                "scale_fallback": {"steps": fell[:64], "used": infos[fell[0]].used,
-                                   "reason": infos[fell[0]].reason}}
+    meta = {**meta, **_fallback_meta(infos)}
     cols = row_length(shape, data.shape[1])
     parts = map_rows(workers, *data.shape,
                      lambda lo, hi: [table.encode(row, cols=cols) for row in sym[lo:hi]])
     return EncodedLayer(meta, table, scales, [b for part in parts for b in part], counts)
+
+
+@dataclass
+class EncodedGroup:
+    """Small layers coded with one table (a ``.co3`` group block)."""
+
+    meta: dict  # the pooled fit (report metadata)
+    table: object
+    members: list[EncodedLayer]  # meta: each layer's own (scale-fallback provenance, or {})
+
+
+def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model="gennorm-zi",
+                 shapes=None) -> EncodedGroup:
+    """Quantize and code small (steps, numel_k) layers with one table: ``model`` fitted to
+    their scaled values pooled (``empirical``: their counts summed). Each layer's steps stay
+    separate chunks, each decodable alone; scales per layer and step as in :func:`encode_layer`."""
+    quantized = [_quantize_layer(d, grid, scale_rule, None) for d in datas]
+    counts = np.sum([c for _, _, c in quantized], axis=0, dtype=np.int64)
+    scaless = [_scales(infos) for _, infos, _ in quantized]
+    sample = None if model == "empirical" else tables.pooled_sample(datas, scaless)
+    weights, meta = tables.model_weights(None, None, counts, grid, model, sample=sample)
+    table = coder.table_from_weights(weights)
+    members = []
+    for k, ((sym, infos, c), scales) in enumerate(zip(quantized, scaless)):
+        cols = row_length(None if shapes is None else shapes[k], sym.shape[1])
+        members.append(EncodedLayer(_fallback_meta(infos), table, scales,
+                                    [table.encode(row, cols=cols) for row in sym], c))
+    return EncodedGroup(meta, table, members)
 
 
 def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
@@ -328,13 +377,14 @@ def _from_book(what: str, given, stored):
 
 def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None,
              model=None, codebook=None, nonfinite="error", progress=False,
-             threads=None) -> CodecResult:
+             threads=None, small_layers=True) -> CodecResult:
     """Compress dump ``src`` (path or ``-``) into ``.co3`` file ``dst`` (path or ``-``).
 
     Defaults: format ``fp8-e5m2``, coder ``ans``, model ``gennorm-zi``, scale rule ``absmax``.
     A ``codebook`` fixes format, scale rule, coder and tables; passing a different one is an
     error. ``threads``: how many threads code (None: :func:`default_threads`; the file's bytes
-    do not depend on it).
+    do not depend on it). ``small_layers``: pool the tables of small layers into group blocks
+    (``co3cli.container.plan``; never with a codebook, whose tables are per layer).
     """
     from co3cli.dump import Dump
 
@@ -360,78 +410,65 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
     with Dump.open(src, nonfinite=nonfinite) as dump, output_file(dst) as f, \
             Workers(threads) as workers:
         info = None if book is None else {"source": book.source, "checksum": book.checksum}
-        writer = Co3Writer(f, _header(dump, grid, coder_obj, scale, model, info))
+        header = _header(dump, grid, coder_obj, scale, model, info)
+        names = list(dump.layers)
+        groups = [] if book is not None or not small_layers else \
+            plan_groups(names, [dump.numel(n) for n in names], len(dump.steps))
+        if groups:
+            header["small_layers"] = plan_config()
+        writer = Co3Writer(f, header, groups=bool(groups))
         result = CodecResult(str(dst), 0, 0)
+        done_layers: dict[int, dict] = {}
 
-        def read(name):  # in the main thread: HDF5 and the codebook
-            return (name, dump.read_layer(name), dump.shape(name),
-                    None if book is None else book.table_for(name))
+        def read(unit):  # in the main thread: HDF5 and the codebook
+            is_group, idx = unit
+            return (is_group, idx, [dump.read_layer(names[i]) for i in idx],
+                    [dump.shape(names[i]) for i in idx],
+                    None if book is None else book.table_for(names[idx[0]]))
 
         def encode(job):
-            name, data, shape, table = job
-            enc = encode_layer(data, grid, coder_obj, scale_rule=scale, model=model, table=table,
-                               shape=shape, workers=workers)
-            return name, int(data.size), enc
+            is_group, idx, datas, shapes, table = job
+            if is_group:
+                return idx, encode_group(datas, grid, coder_obj, scale_rule=scale, model=model,
+                                         shapes=shapes)
+            return idx, encode_layer(datas[0], grid, coder_obj, scale_rule=scale, model=model,
+                                     table=table, shape=shapes[0], workers=workers)
 
         def write(done):
-            name, size, enc = done
-            nbytes = writer.write_layer(enc.meta, enc.table.to_bytes(),
-                                        list(zip(enc.scales.tolist(), enc.bodies)))
-            result.layers.append({"name": name, "entries": size, "bytes": nbytes,
-                                  "payload_bytes": sum(map(len, enc.bodies))})
-            result.entries += size
+            idx, enc = done
+            if isinstance(enc, EncodedGroup):
+                per_layer = {str(i): m.meta for i, m in zip(idx, enc.members) if m.meta}
+                nbytes = writer.write_group(
+                    {**enc.meta, **({"layers": per_layer} if per_layer else {})},
+                    enc.table.to_bytes(),
+                    [(i, list(zip(m.scales.tolist(), m.bodies))) for i, m in zip(idx, enc.members)])
+                members = enc.members
+            else:
+                nbytes = [writer.write_layer(enc.meta, enc.table.to_bytes(),
+                                             list(zip(enc.scales.tolist(), enc.bodies)))]
+                members = [enc]
+            for i, m, n in zip(idx, members, nbytes):
+                size = int(m.scales.size) * dump.numel(names[i])
+                done_layers[i] = {"name": names[i], "entries": size, "bytes": n,
+                                  "payload_bytes": sum(map(len, m.bodies))}
+                result.entries += size
 
-        pipeline(progress_iter(dump.layers, progress, "compress"), read, encode, write,
-                 lambda name: 4 * len(dump.steps) * dump.numel(name), workers)
+        pipeline(progress_iter(plan_units(len(names), groups), progress, "compress"), read,
+                 encode, write,
+                 lambda unit: 4 * len(dump.steps) * sum(dump.numel(names[i]) for i in unit[1]),
+                 workers)
         result.nbytes = writer.close()
+        result.layers = [done_layers[i] for i in sorted(done_layers)]
         result.nonfinite_replaced = int(sum(dump.nonfinite_counts.values()))
     result.seconds = time.perf_counter() - t0
     return result
-
-
-def read_co3_setup(header: dict):
-    """Grid and coder described by a verified ``.co3`` header."""
-    try:
-        grid = get_grid(header["format"]["id"])
-        coder = coder_from_config(header["coder"])
-    except (KeyError, TypeError, InputError) as e:
-        raise CorruptDataError(f"header does not describe a usable format/coder ({e})") from None
-    if grid.config() != header["format"]:
-        raise CorruptDataError(f"header's format {header['format']} disagrees with this co3cli's "
-                               f"definition of {grid.id!r}")
-    return grid, coder
-
-
-def _block_table(block, grid, coder):
-    try:
-        return coder.table_from_bytes(block.table, grid.nsym)
-    except InputError as e:
-        raise CorruptDataError(f"layer {block.name}: bad table ({e})") from None
-
-
-def iter_decode_block(block, grid, coder, numel: int, shape=None):
-    """Symbols (numel,) of each step of one verified layer block, in order."""
-    table = _block_table(block, grid, coder)
-    cols = row_length(shape, numel)
-    for body in block.bodies:
-        yield table.decode(body, numel, cols=cols)
-
-
-def decode_block(block, grid, coder, numel: int, shape=None) -> np.ndarray:
-    """Symbols (steps, numel) of one verified layer block."""
-    if len(block.bodies) == 1:  # one step: the decoded row itself, no copy
-        return next(iter_decode_block(block, grid, coder, numel, shape))[None, :]
-    sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
-    for t, row in enumerate(iter_decode_block(block, grid, coder, numel, shape)):
-        sym[t] = row
-    return sym
 
 
 def decode_values(block, grid, coder, numel: int, shape=None,
                   workers: Workers | None = None) -> np.ndarray:
     """Dequantized values (steps, numel) float32 of one verified layer block; ``workers``
     share its rows among threads (the same values without)."""
-    table = _block_table(block, grid, coder)
+    table = block_table(block, grid, coder)
     cols = row_length(shape, numel)
     values = np.empty((len(block.bodies), numel), dtype=np.float32)
 

@@ -4,7 +4,8 @@
 
     grads.co3 --inspect_co3------> Co3Info (every checksum verified, every table parsed; per
                                    layer: shape, bytes, payload, table bytes, model, scales,
-                                   scale_fallbacks)
+                                   scale_fallbacks, group: None or the first layer of the
+                                   group block it shares, with its table, since 1.1)
     book.json --codebook_summary--> CodebookInfo (per table: model, beta, p0, bits of the zero
                                    symbol, integer range, entropy of the table's distribution)
     dump.h5 / grads.co3 --report_file--> the bits-per-entry report (``co3cli.report``), and a PNG
@@ -63,7 +64,7 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
                            "bytes": block.nbytes, "payload_bytes": block.payload_bytes,
                            "table_bytes": len(block.table), "model": block.meta.get("model"),
                            "scale_fallbacks": _fallbacks(block.meta, co3.header),
-                           "scales": block.scales.tolist()})
+                           "scales": block.scales.tolist(), "group": block.group})
             if decode:
                 for _ in iter_decode_block(block, grid, coder, lay["numel"], lay["shape"]):
                     pass
@@ -87,13 +88,11 @@ def _fallbacks(meta: dict, header: dict) -> int | None:
 
 
 def _parse_table(coder, block, grid):
-    """The layer's integer table parses (CorruptDataError naming the layer otherwise)."""
-    from co3cli.errors import CorruptDataError
+    """The layer's integer table parses (CorruptDataError naming the layer otherwise; a
+    group's table is parsed once)."""
+    from co3cli.container.decode import block_table
 
-    try:
-        coder.table_from_bytes(block.table, grid.nsym)
-    except InputError as e:
-        raise CorruptDataError(f"layer {block.name}: bad table ({e})") from None
+    block_table(block, grid, coder)
 
 
 @dataclass

@@ -46,13 +46,32 @@ def layer_block(index: int, meta_raw: bytes, table: bytes, chunks, *, meta_len=N
     return b + struct.pack("<I", zlib.crc32(b))
 
 
-def assemble(head: bytes, layers: list[bytes], offsets=None, n_layers=None) -> bytes:
-    """head + layers + trailer with the file CRC (offsets / count may lie)."""
+def group_block(meta_raw: bytes, table: bytes, members, *, n=None, meta_len=None, table_len=None,
+                gaps=None, body_lens=None) -> bytes:
+    """``GRP\0 | n | meta_len | meta | table_len | table | (gap | chunks) * n | crc`` (1.1);
+    ``members``: (layer index, chunks); lengths, count and gaps may lie."""
+    b = b"GRP\0" + struct.pack("<II", len(members) if n is None else n,
+                                len(meta_raw) if meta_len is None else meta_len)
+    b += meta_raw + struct.pack("<I", len(table) if table_len is None else table_len) + table
+    prev = -1
+    for k, (index, chunks) in enumerate(members):
+        b += uvarint(index - prev - 1 if gaps is None else gaps[k])
+        prev = index
+        for t, (scale, body) in enumerate(chunks):
+            blen = len(body) if body_lens is None else body_lens[t]
+            b += struct.pack("<f", scale) + uvarint(blen) + body
+    return b + struct.pack("<I", zlib.crc32(b))
+
+
+def assemble(head: bytes, layers: list[bytes], offsets=None, n_layers=None, refs=None) -> bytes:
+    """head + blocks + trailer with the file CRC (offsets / count may lie; ``refs``: per
+    layer, the block holding it, for files with group blocks)."""
     out = bytearray(head)
     offs = []
     for lay in layers:
         offs.append(len(out))
         out += lay
+    offs = [offs[k] for k in refs] if refs is not None and offsets is None else offs
     offs = offs if offsets is None else offsets
     n = len(offs) if n_layers is None else n_layers
     out += b"END\0" + struct.pack("<I", n) + struct.pack(f"<{len(offs)}Q", *offs)
@@ -116,6 +135,65 @@ def nested(depth: int) -> bytes:
     return b"[" * depth + b"]" * depth
 
 
+def base_groups(steps: int = 2, seed: int = 0):
+    """A small honest 1.1 file's parts: (header dict, group meta bytes, table, members, lone
+    layer parts): ten 16-entry biases in one group, then a matrix coded alone."""
+    from co3cli.codec import encode_group, encode_layer
+    from co3cli.coding import get_coder
+    from co3cli.container import plan_config
+    from co3cli.formats import get_grid
+
+    h, _ = base(steps)
+    grid, coder = get_grid("fp8-e5m2"), get_coder("ans")
+    rng = np.random.default_rng(seed)
+    datas = [(rng.standard_normal((steps, 16)) * 1e-3).astype(np.float32) for _ in range(10)]
+    g = encode_group(datas, grid, coder, shapes=[(16,)] * 10)
+    members = [(i, list(zip(m.scales.tolist(), m.bodies))) for i, m in enumerate(g.members)]
+    w = (rng.standard_normal((steps, 128)) * 1e-3).astype(np.float32)
+    enc = encode_layer(w, grid, coder, shape=(8, 16))
+    lone = (dumps(enc.meta), enc.table.to_bytes(), list(zip(enc.scales.tolist(), enc.bodies)))
+    layers = [{"name": f"l{i}.bias", "shape": [16], "numel": 16} for i in range(10)]
+    header = dict(h, layers=layers + [{"name": "fc.weight", "shape": [8, 16], "numel": 128}],
+                  small_layers=plan_config())
+    return header, zlib.compress(dumps(g.meta), 9), g.table.to_bytes(), members, lone
+
+
+def build_groups(parts=None, *, header=None, minor: int = 1, lone_index: int = 10, offsets=None,
+                 **group_kw) -> bytes:
+    """A 1.1 file (defaults: ``base_groups()``): the group block, then the lone layer."""
+    h, meta, table, members, lone = base_groups() if parts is None else parts
+    blocks = [group_block(meta, table, members, **group_kw), layer_block(lone_index, *lone)]
+    head = header_block(zlib.compress(dumps(h if header is None else header), 9), minor=minor)
+    return assemble(head, blocks, offsets=offsets, refs=[0] * len(members) + [1])
+
+
+def group_corpus() -> dict[str, bytes]:
+    """Hostile 1.1 files (group blocks), each refused by every reader."""
+    parts = base_groups()
+    h, meta, table, members, lone = parts
+    files = {"group_in_v10.co3": build_groups(minor=0),
+             "group_count_lie.co3": build_groups(n=len(members) + 1),
+             "group_member_lie.co3": build_groups(gaps=[0] * (len(members) - 1) + [1]),
+             "group_nested_meta.co3": build_groups((h, zlib.compress(nested(100_000), 9), table,
+                                                    members, lone)),
+             "group_meta_bomb.co3": build_groups((h, bomb_z(dumps({"model": "gennorm-zi"}), 2),
+                                                  table, members, lone)),
+             "group_meta_not_zlib.co3": build_groups((h, dumps({"model": "gennorm-zi"}), table,
+                                                      members, lone)),
+             "group_garbage_table.co3": build_groups((h, meta, b"\xff" * 40, members, lone))}
+    short = [(i, [(s, b[: len(b) // 2]) for s, b in ch]) for i, ch in members]
+    files["group_short_bodies.co3"] = build_groups((h, meta, table, short, lone))
+    nan = [(members[0][0], [(float("nan"), members[0][1][0][1])] + members[0][1][1:])] + members[1:]
+    files["group_nan_scale.co3"] = build_groups((h, meta, table, nan, lone))
+    files["group_body_overrun.co3"] = build_groups(body_lens=[1 << 20, 1 << 20])
+    files["group_bad_layers_meta.co3"] = build_groups((h, zlib.compress(dumps(
+        {"model": "gennorm-zi", "layers": [1]})), table, members, lone))
+    g0 = len(header_block(zlib.compress(dumps(h), 9)))  # the group's offset
+    lone_at = len(build_groups()) - len(layer_block(10, *lone)) - (4 + 4 + 8 * 11 + 4 + 7)
+    files["group_split_offsets.co3"] = build_groups(offsets=[g0] * 9 + [lone_at, lone_at])
+    return files
+
+
 def corpus() -> dict[str, bytes]:
     """The committed hostile files: name -> bytes (each refused by every reader)."""
     h, parts = base()
@@ -148,6 +226,6 @@ def corpus() -> dict[str, bytes]:
 
 if __name__ == "__main__":
     CORPUS.mkdir(exist_ok=True)
-    for name, data in corpus().items():
+    for name, data in {**corpus(), **group_corpus()}.items():
         (CORPUS / name).write_bytes(data)
         print(f"{name}: {len(data)} bytes")

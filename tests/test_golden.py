@@ -1,7 +1,8 @@
 """Golden files: what an earlier version wrote must decode bit for bit, and the same input must
 still compress to the same bytes (``SOURCE_DATE_EPOCH`` fixes the one timestamp).
 
-The fixtures in ``tests/golden/`` were made by co3cli 0.1.0 with ``tests/golden/make_golden.py``.
+The fixtures in ``tests/golden/`` were made by co3cli 0.1.0 with ``tests/golden/make_golden.py``
+(``GROUP_CASES``: the ``.co3`` 1.1 layout, small layers pooled into group blocks).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from golden.make_golden import BOOK, CASES, EPOCH, HERE
+from golden.make_golden import BOOK, CASES, EPOCH, GROUP_CASES, GROUP_SOURCE, HERE
 
 VOLATILE = ("co3cli_version", "created")  # what a newer version may write differently
 
@@ -88,3 +89,33 @@ def _header_json(path) -> str:
 
     with open(path, "rb") as f:
         return json.dumps(open_co3(f, str(path)).header)
+
+
+@pytest.mark.parametrize("case", sorted(GROUP_CASES))
+def test_golden_groups_decode_bit_exactly(case, tmp_path):
+    from co3cli.codec import decompress
+    from co3cli.container import open_co3
+
+    with open(HERE / f"{case}.co3", "rb") as f:
+        co3 = open_co3(f)
+        assert co3.version == (1, 1) and "small_layers" in co3.header
+        assert sum(b.group is not None for b in co3.layers()) == 17  # all but the conv kernel
+    out = tmp_path / "out.h5"
+    decompress(HERE / f"{case}.co3", out)
+    _same_dump(out, HERE / f"{case}.h5")
+
+
+@pytest.mark.parametrize("case", sorted(GROUP_CASES))
+def test_golden_groups_compress_to_the_same_bytes(case, tmp_path, monkeypatch, capsys):
+    from co3cli import __version__
+    from conftest import run_cli
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
+    out = tmp_path / "out.co3"
+    code, _, err = run_cli("compress", GROUP_SOURCE, "-o", out, *GROUP_CASES[case], "-q",
+                           capsys=capsys)
+    assert code == 0, err
+    golden = HERE / f"{case}.co3"
+    assert _blocks(out) == _blocks(golden)
+    if __version__ == json.loads(_header_json(golden))["co3cli_version"]:
+        assert out.read_bytes() == golden.read_bytes()

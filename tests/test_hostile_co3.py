@@ -4,13 +4,14 @@ with one ``co3: error:`` line, no traceback, nothing left behind, bounded memory
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import run_cli
-from hostile import CORPUS, base, bomb_z, build, dumps, nested
+from hostile import CORPUS, base, base_groups, bomb_z, build, build_groups, dumps, nested
 
 from co3cli.errors import Co3Error
 
@@ -19,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # lies only a decoder (or the report's model fit) can see: plain inspect passes them
-DECODE_ONLY = {"short_bodies.co3": 1, "spliced_layers.co3": 1, "bad_meta_fit.co3": 3}
+DECODE_ONLY = {"short_bodies.co3": 1, "spliced_layers.co3": 1, "bad_meta_fit.co3": 3,
+               "group_short_bodies.co3": 1}
 
 
 def refused_everywhere(path, tmp_path, capsys):
@@ -45,6 +47,30 @@ def test_honest_file_from_the_builder_reads(tmp_path, capsys):
     for cmd in (("inspect", "--decode"), ("report",)):
         code, o, e = run_cli(cmd[0], p, *cmd[1:], capsys=capsys)
         assert code == 0, e
+
+
+def test_honest_group_file_from_the_builder_reads(tmp_path, capsys):
+    p = write(tmp_path, "ok.co3", build_groups())
+    for cmd in (("inspect", "--decode"), ("report",), ("decompress", "-o", str(tmp_path / "d.h5"))):
+        code, o, e = run_cli(cmd[0], p, *cmd[1:], capsys=capsys)
+        assert code == 0, e
+
+
+def test_group_corpus_says_what_is_wrong():
+    import io
+
+    from co3cli.container import open_co3
+
+    expect = {"group_in_v10.co3": "layer index is inconsistent",
+              "group_count_lie.co3": "members declared", "group_member_lie.co3": "where the layer index",
+              "group_nested_meta.co3": "levels deep", "group_meta_bomb.co3": "inflates to more than",
+              "group_meta_not_zlib.co3": "unreadable metadata",
+              "group_nan_scale.co3": "not a positive number",
+              "group_body_overrun.co3": "overruns", "group_bad_layers_meta.co3": "per-layer metadata",
+              "group_split_offsets.co3": "members declared"}
+    for name, msg in expect.items():
+        with pytest.raises(Co3Error, match=msg):
+            list(open_co3(io.BytesIO((CORPUS / name).read_bytes())).layers())
 
 
 def test_header_bomb_refused(tmp_path, capsys):
@@ -184,6 +210,59 @@ def test_fuzz_layout(data):
         else:
             kw[kind] = n
     _check(build(h, [tuple(p) for p in parts], **kw))
+
+
+_GPARTS = base_groups()
+_GOOD_GROUPS = build_groups(_GPARTS)
+
+
+@settings(max_examples=1000 if FUZZ else 40, deadline=None, derandomize=not FUZZ,
+          suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_fuzz_group_layout(data):
+    """Lies in every field of a group block and of the index pointing at it (correct CRCs)."""
+    h, meta, table, members, lone = _GPARTS
+    members = [list(m) for m in members]
+    kind = data.draw(st.sampled_from(["n", "gaps", "meta", "table", "body", "meta_len",
+                                      "table_len", "body_len", "offsets", "minor", "numel"]))
+    kw, header = {}, None
+    if kind in ("n", "meta_len", "table_len"):
+        kw[kind] = data.draw(st.integers(0, 2**32 - 1))
+    elif kind == "gaps":
+        kw["gaps"] = data.draw(st.lists(st.integers(0, 2**40), min_size=len(members),
+                                        max_size=len(members)))
+    elif kind == "body_len":
+        kw["body_lens"] = data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=2, max_size=2))
+    elif kind in ("meta", "table"):
+        blob = data.draw(st.binary(max_size=64))
+        if kind == "meta" and data.draw(st.booleans()):  # well-formed zlib, lying JSON inside
+            blob = zlib.compress(data.draw(st.one_of(st.binary(max_size=64), st.just(nested(5000)),
+                                                     st.just(b'{"layers":{"0":1}}'))))
+        meta, table = (blob, table) if kind == "meta" else (meta, blob)
+    elif kind == "body":
+        k = data.draw(st.integers(0, len(members) - 1))
+        members[k][1] = [(s, data.draw(st.binary(max_size=16))) for s, _ in members[k][1]]
+    elif kind == "offsets":
+        good = open_offsets(_GOOD_GROUPS)
+        kw["offsets"] = data.draw(st.lists(st.sampled_from(good + [0, 1, 2**40]), min_size=11,
+                                           max_size=11))
+    elif kind == "minor":
+        kw["minor"] = data.draw(st.integers(0, 2**16 - 1))
+    else:
+        lay = [dict(x) for x in h["layers"]]
+        k = data.draw(st.integers(0, len(lay) - 1))
+        lay[k]["numel"] = data.draw(st.integers(1, 2**20))
+        lay[k]["shape"] = [lay[k]["numel"]]
+        header = dict(h, layers=lay)
+    _check(build_groups((h, meta, table, [tuple(m) for m in members], lone), header=header, **kw))
+
+
+def open_offsets(blob: bytes) -> list[int]:
+    import io
+
+    from co3cli.container import open_co3
+
+    return sorted(set(open_co3(io.BytesIO(blob)).offsets))
 
 
 def _check(blob):

@@ -1,13 +1,15 @@
 """Rebuild the golden fixtures in this folder (run only when the format changes on purpose).
 
-    SOURCE_DATE_EPOCH=1767225600 python tests/golden/make_golden.py
+    SOURCE_DATE_EPOCH=1767225600 python tests/golden/make_golden.py [--groups]
 
 ``source.h5`` is a small seeded dump (five layers, three steps: a matrix, a bias, a conv kernel,
 an all-zero layer and a single entry); each ``CASES`` entry is compressed with ``co3 compress``
 and decoded with ``co3 decompress``; ``book.json`` is a codebook built from the source.
 ``tests/test_golden.py`` checks that this version still decodes every ``.co3`` here bit for bit
 and compresses ``source.h5`` to the same bytes. A change of format must bump the minor version
-and keep those tests passing (old files still decode).
+and keep those tests passing (old files still decode). ``--groups`` writes only the
+``.co3`` 1.1 fixtures (``GROUP_CASES``: small layers pooled into group blocks, from
+``source-groups.h5``), made by co3cli 0.1.0 with container minor version 1.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ CASES = {
     "fp8-codebook": ["--codebook", str(HERE / "book.json")],
 }
 BOOK = ["--format", "fp8-e5m2", "--coder", "huffman", "--model", "gennorm-zi"]
+# the 1.1 layout (small layers pooled into group blocks), from ``source-groups.h5``
+GROUP_SOURCE = HERE / "source-groups.h5"
+GROUP_CASES = {
+    "groups-fp8-ans": ["--format", "fp8-e5m2", "--coder", "ans"],
+    "groups-fp4-huffman": ["--format", "fp4-co3", "--coder", "huffman", "--scale", "co3-poly"],
+}
 
 
 def source_layers(rng: np.random.Generator, steps: int = 3) -> dict:
@@ -53,6 +61,30 @@ def source_layers(rng: np.random.Generator, steps: int = 3) -> dict:
         "dead.weight": (np.zeros((steps, 20), np.float32), (4, 5)),
         "out.bias": (gn(1, 1.0, 1.0, 0.0), (1,)),
     }
+
+
+def group_layers(rng: np.random.Generator, steps: int = 2) -> dict:
+    """A BatchNorm-like net: one conv kernel coded alone (more than 2**14 entries); BN weights,
+    biases and one linear-ramp bias (its ``co3-poly`` scale falls back) pooled into groups."""
+    out = {}
+    for b in range(8):
+        if b == 3:
+            out["b3.conv.weight"] = ((rng.standard_normal((steps, 8200)) * 1e-3).astype(np.float32),
+                                     (8200,))
+        out[f"b{b}.bn.weight"] = ((rng.laplace(size=(steps, 16)) * 1e-2).astype(np.float32), (16,))
+        out[f"b{b}.bn.bias"] = ((rng.standard_normal((steps, 16)) * 1e-2).astype(np.float32), (16,))
+    out["fc.bias"] = (np.tile(np.linspace(-1e-2, 1e-2, 10, dtype=np.float32), (steps, 1)), (10,))
+    return out
+
+
+def make_groups() -> None:
+    from co3cli.dump import write_dump
+
+    write_dump(GROUP_SOURCE, group_layers(np.random.default_rng(20261201)), steps=np.array([0, 3]),
+               attrs={"task": "golden-groups", "seed": 20261201})
+    for name, opts in GROUP_CASES.items():
+        co3("compress", str(GROUP_SOURCE), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+        co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
 
 
 def co3(*args: str) -> None:
@@ -74,4 +106,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--groups"]:  # only the 1.1 fixtures (the others stay as they are)
+        make_groups()
+    else:
+        main()
+        make_groups()

@@ -1,0 +1,74 @@
+"""The ``.co3`` container: compressed gradient dumps, self-describing and checked.
+
+All integers are little-endian. Every byte is covered by a CRC-32, so any single flipped
+byte is detected before anything is decoded::
+
+    file      := preamble header block* trailer
+    preamble  := magic "CO3\\x89GRD\\n" (8) | major u16 | minor u16 | header_len u32
+    header    := header_len bytes of zlib-compressed UTF-8 JSON | crc32(preamble + header) u32
+    block     := layer | group                      (group: version 1.1 and later)
+    layer     := "LYR\\0" | index u32 | meta_len u32 | meta JSON | table_len u32 | table
+                 | chunk * steps | crc32(the whole layer block before it) u32
+    group     := "GRP\\0" | n u32 | meta_len u32 | meta (zlib-compressed JSON) | table_len u32 | table
+                 | member * n | crc32(the whole group block before it) u32
+    member    := gap uvarint | chunk * steps       (its layer index: the previous member's
+                                                    + 1 + gap; the first member's: gap)
+    chunk     := scale f32 | body_len uvarint (LEB128) | body (coder payload, body_len bytes)
+    trailer   := "END\\0" | n_layers u32 | layer offsets u64 * n_layers | file_crc u32 | "\\x89CO3END"
+                 (file_crc = crc32 of every byte before it, trailer head and offsets included)
+
+The JSON header records the format (grid config), tie rule, scale rule, coder config,
+model, layer names/shapes, steps, losses, the source dump's attributes and the co3cli
+version. A layer's ``meta`` holds its fitted model parameters (report metadata only: the
+decoder uses the integer ``table``, never floats). Each chunk is one step of one layer and
+decodes on its own given its layer's table.
+
+Groups (1.1): small layers share one block, one table and one metadata object (the pooled
+fit; per-layer metadata, e.g. scale-fallback provenance, under ``"layers"`` keyed by the
+layer index, only where a layer has some). Which layers are grouped is the writer's rule
+(:mod:`co3cli.container.plan`), recorded in the header as ``small_layers``; the reader needs
+only the layout. Offsets: layer ``i``'s is that of the block holding it (a group's members
+share it); blocks come in the order of their first layer, the first right after the header,
+and each block ends where the next begins (the last at the trailer). A group's members are
+exactly the layers whose offset points at it, in increasing order. A file without a group
+block is written as version 1.0 (the layout above without ``group``, byte for byte).
+
+A reader accepts major version 1, any minor version (1.0: no group blocks); it verifies the
+file CRC and structure before decoding anything, and each decoder must consume its chunk
+exactly.
+
+Limits (a contract: a file beyond any of them is refused with CorruptDataError, one line
+naming the limit, before anything big is allocated; memory stays bounded on hostile files):
+
+=====================  ==================================================================
+``MAX_HEADER``         compressed header: at most 16 MiB
+``MAX_HEADER_JSON``    inflated header JSON: at most 16 MiB (inflated incrementally, so a
+                       zlib bomb is stopped at the limit)
+``MAX_META``           one block's metadata JSON: at most 1 MiB (a group's: inflated
+                       incrementally, stopped at the limit)
+``MAX_DEPTH``          JSON nesting (header and metadata): at most 64 levels
+``MAX_TABLE``          one block's integer table: at most 16 MiB
+``MAX_CHUNK``          one chunk's body: at most 1 GiB (and within its block)
+``MAX_DIMS``           dimensions of a layer's shape: at most 32 (as HDF5)
+``MAX_ENTRIES``        entries of one layer (steps x numel): at most 2**31
+entries per byte       at most 2**20 entries per byte of a block (no coder comes near: a
+                       lie about numel is refused before decoding)
+steps x layers         at most the file size (every chunk costs bytes in the file)
+=====================  ==================================================================
+
+Layer names must be distinct, non-empty relative HDF5 paths, none a folder of another.
+
+    from co3cli.container import Co3Writer, open_co3
+"""
+
+from co3cli.container.blocks import (END_MAGIC, MAGIC, MAJOR, MINOR, Co3File, Co3Writer,
+                                     LayerBlock, open_co3)
+from co3cli.container.header import (MAX_CHUNK, MAX_DEPTH, MAX_DIMS, MAX_ENTRIES,
+                                     MAX_ENTRIES_PER_BYTE, MAX_HEADER, MAX_HEADER_JSON, MAX_META,
+                                     MAX_TABLE, header_problem, parse_json)
+from co3cli.container.plan import plan_config, plan_groups, plan_units
+
+__all__ = ["END_MAGIC", "MAGIC", "MAJOR", "MINOR", "Co3File", "Co3Writer", "LayerBlock",
+           "open_co3", "MAX_CHUNK", "MAX_DEPTH", "MAX_DIMS", "MAX_ENTRIES", "MAX_ENTRIES_PER_BYTE",
+           "MAX_HEADER", "MAX_HEADER_JSON", "MAX_META", "MAX_TABLE", "header_problem",
+           "parse_json", "plan_config", "plan_groups", "plan_units"]

@@ -1,0 +1,426 @@
+"""Writing and reading the blocks of a ``.co3`` file (the layout: ``co3cli.container``)."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+import numpy as np
+
+from co3cli.container.header import (MAX_CHUNK, MAX_ENTRIES_PER_BYTE, MAX_HEADER, MAX_META,
+                                     MAX_TABLE, header_problem, inflate, parse_json)
+from co3cli.errors import CorruptDataError, InputError
+
+MAGIC = b"CO3\x89GRD\n"
+END_MAGIC = b"\x89CO3END"
+MAJOR, MINOR = 1, 1  # minor 1: group blocks; a file without one is written as 1.0
+_PRE = struct.Struct("<8sHHI")
+_U32 = struct.Struct("<I")
+_LAYER_HEAD = struct.Struct("<4sII")  # tag, index (a group: its member count), meta_len
+_F32 = struct.Struct("<f")
+_TRAILER_HEAD = struct.Struct("<4sI")
+LAYER_TAG, GROUP_TAG = b"LYR\0", b"GRP\0"
+
+
+def uvarint(n: int) -> bytes:
+    """One LEB128 varint (the bytes ``varint.uvarints_to_bytes`` writes for it)."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def read_uvarint(buf, pos: int, end: int, what: str) -> tuple[int, int]:
+    """The varint at ``buf[pos:end]`` (at most 9 bytes, shortest form) and the position after."""
+    n = shift = 0
+    for k in range(pos, min(end, pos + 9)):
+        b = buf[k]
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            if b == 0 and k > pos:
+                raise CorruptDataError(f"{what}: a varint is not in its shortest form")
+            return n, k + 1
+        shift += 7
+    if end - pos >= 9:
+        raise CorruptDataError(f"{what}: a varint is longer than 9 bytes")
+    raise CorruptDataError(f"{what}: truncated varint")
+
+
+def _chunks_bytes(chunks) -> bytes:
+    return b"".join(_F32.pack(scale) + uvarint(len(body)) + body for scale, body in chunks)
+
+
+def _json(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+class _CrcWriter:
+    """File wrapper that tracks position and the running CRC-32 of everything written."""
+
+    def __init__(self, f: BinaryIO):
+        self.f, self.pos, self.crc = f, 0, 0
+
+    def write(self, b: bytes) -> None:
+        self.f.write(b)
+        self.pos += len(b)
+        self.crc = zlib.crc32(b, self.crc)
+
+
+class Co3Writer:
+    """Streaming writer: header first, then one block at a time, then the trailer.
+
+    Blocks come in the order of their first layer: :meth:`write_layer` writes the lowest layer
+    not yet written; :meth:`write_group` a group whose first member is that layer. ``groups``:
+    whether the file may hold group blocks (written as version 1.1; else 1.0)."""
+
+    def __init__(self, f: BinaryIO, header: dict, groups: bool = False):
+        self.w = _CrcWriter(f)
+        self.header = header
+        self.nlayers = len(header["layers"])
+        self.offsets: list[int | None] = [None] * self.nlayers
+        self.layer_bytes: list[int] = []
+        self._next = 0
+        self._groups = groups
+        js = zlib.compress(_json(header), 9)
+        pre = _PRE.pack(MAGIC, MAJOR, MINOR if groups else 0, len(js))
+        self.w.write(pre + js + _U32.pack(zlib.crc32(pre + js)))
+
+    def _check_chunks(self, idx: int, chunks) -> None:
+        if len(chunks) != len(self.header["steps"]):
+            raise InputError(f"layer {idx}: {len(chunks)} chunks for {len(self.header['steps'])} steps")
+
+    def _claim(self, indices: list[int]) -> int:
+        if not indices or indices[0] != self._next:
+            raise InputError(f"block of layers {indices[:3]}...: layer {self._next} comes next")
+        if any(b <= a for a, b in zip(indices, indices[1:])) or indices[-1] >= self.nlayers \
+                or any(self.offsets[i] is not None for i in indices):
+            raise InputError(f"layers {indices[:8]}: not increasing, out of range or already written")
+        start = self.w.pos
+        for i in indices:
+            self.offsets[i] = start
+        while self._next < self.nlayers and self.offsets[self._next] is not None:
+            self._next += 1
+        return start
+
+    def write_layer(self, meta: dict, table: bytes, chunks: list[tuple[float, bytes]]) -> int:
+        """Write one layer block; returns its size in bytes."""
+        idx = self._next
+        if idx >= self.nlayers:
+            raise InputError("more layers written than the header declares")
+        self._check_chunks(idx, chunks)
+        start = self._claim([idx])
+        mj = _json(meta)
+        block = (_LAYER_HEAD.pack(LAYER_TAG, idx, len(mj)) + mj + _U32.pack(len(table)) + table
+                 + _chunks_bytes(chunks))
+        self.w.write(block + _U32.pack(zlib.crc32(block)))
+        self.layer_bytes.append(self.w.pos - start)
+        return self.layer_bytes[-1]
+
+    def write_group(self, meta: dict, table: bytes,
+                    members: list[tuple[int, list[tuple[float, bytes]]]]) -> list[int]:
+        """Write one group block (``members``: (layer index, chunks), indices increasing);
+        returns each member's bytes (its own, plus an equal share of the group's head, meta,
+        table and CRC: the shares sum to the block's size)."""
+        if not self._groups:
+            raise InputError("this writer was opened for a file without group blocks")
+        indices = [i for i, _ in members]
+        for i, chunks in members:
+            self._check_chunks(i, chunks)
+        self._claim(indices)
+        mj = zlib.compress(_json(meta), 9)
+        head = _LAYER_HEAD.pack(GROUP_TAG, len(members), len(mj)) + mj + _U32.pack(len(table)) + table
+        parts, prev = [], -1
+        for i, chunks in members:
+            parts.append(uvarint(i - prev - 1) + _chunks_bytes(chunks))
+            prev = i
+        block = head + b"".join(parts)
+        self.w.write(block + _U32.pack(zlib.crc32(block)))
+        shared = len(head) + 4
+        own = [len(p) + shared // len(parts) for p in parts]
+        own[0] += shared % len(parts)
+        self.layer_bytes += own
+        return own
+
+    def close(self) -> int:
+        """Write the trailer; returns the total file size."""
+        missing = [i for i, o in enumerate(self.offsets) if o is None]
+        if missing:
+            raise InputError(f"{self.nlayers - len(missing)} layers written, header declares "
+                             f"{self.nlayers}")
+        n = self.nlayers
+        self.w.write(_TRAILER_HEAD.pack(b"END\0", n) + struct.pack(f"<{n}Q", *self.offsets))
+        self.w.write(_U32.pack(self.w.crc) + END_MAGIC)
+        return self.w.pos
+
+
+@dataclass
+class LayerBlock:
+    index: int
+    name: str
+    meta: dict
+    table: bytes
+    scales: np.ndarray  # float32 (steps,)
+    bodies: list[bytes]
+    nbytes: int  # the layer's bytes in the file, side information included (a group member:
+    # its own bytes and its share of the group's)
+    payload_bytes: int = 0
+    group: int | None = None  # a group member: the index of the group's first layer
+    cache: dict = field(default_factory=dict, repr=False)  # shared by a group's members
+    # (a reader may keep the parsed table there)
+
+    @property
+    def side_bytes(self) -> int:
+        return self.nbytes - self.payload_bytes
+
+
+def _read_chunks(buf, pos: int, end: int, nsteps: int, what: str):
+    """``nsteps`` chunks from ``buf[pos:end]``: (scales, bodies, payload bytes, position after)."""
+    scales = np.empty(nsteps, dtype=np.float32)
+    bodies, payload = [], 0
+    for t in range(nsteps):
+        if pos + _F32.size >= end:
+            raise CorruptDataError(f"{what} step {t}: chunk overruns the block")
+        (scales[t],) = _F32.unpack_from(buf, pos)
+        blen, start = read_uvarint(buf, pos + 4, end, f"{what} step {t} length")
+        if blen > MAX_CHUNK:
+            raise CorruptDataError(f"{what} step {t}: chunk of {blen} bytes (limit {MAX_CHUNK})")
+        pos = start + blen
+        if pos > end:
+            raise CorruptDataError(f"{what} step {t}: chunk overruns the block")
+        bodies.append(bytes(buf[start:pos]))
+        payload += blen
+    return scales, bodies, payload, pos
+
+
+def _check_scales(scales, what: str) -> None:
+    if not np.all(np.isfinite(scales) & (scales > 0)):
+        raise CorruptDataError(f"{what}: a scale is not a positive number")
+
+
+def _meta_table(buf, mv, mlen: int, end: int, what: str,
+                zipped: bool = False) -> tuple[dict, bytes, int]:
+    """The metadata object (``zipped``: zlib-compressed JSON, a group's) and table after a
+    block head; returns them and the position after."""
+    pos = _LAYER_HEAD.size
+    if pos + mlen + 4 > end:
+        raise CorruptDataError(f"{what}: metadata overruns the block")
+    if mlen > MAX_META:
+        raise CorruptDataError(f"{what}: metadata of {mlen} bytes (limit {MAX_META})")
+    meta_raw = bytes(mv[pos:pos + mlen])
+    pos += mlen
+    (tlen,) = _U32.unpack_from(buf, pos)
+    pos += 4
+    if tlen > MAX_TABLE:
+        raise CorruptDataError(f"{what}: table of {tlen} bytes (limit {MAX_TABLE})")
+    if pos + tlen > end:
+        raise CorruptDataError(f"{what}: table overruns the block")
+    table = bytes(mv[pos:pos + tlen])
+    if zipped:
+        meta_raw = inflate(meta_raw, what, "metadata", MAX_META)
+    meta = parse_json(meta_raw, f"{what} metadata")
+    if not isinstance(meta, dict):
+        raise CorruptDataError(f"{what}: metadata is not a JSON object")
+    return meta, table, pos + tlen
+
+
+@dataclass
+class Co3File:
+    """A verified ``.co3`` file, opened for layer-by-layer reading."""
+
+    f: BinaryIO
+    size: int
+    header: dict
+    offsets: list[int]
+    version: tuple[int, int] = (MAJOR, 0)
+    _end: int = field(default=0, repr=False)
+    _stops: dict = field(default_factory=dict, repr=False)  # block start -> its end
+    _refs: dict = field(default_factory=dict, repr=False)  # block start -> its layers
+    _groups: dict = field(default_factory=dict, repr=False)  # parsed groups not yet all read
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [lay["name"] for lay in self.header["layers"]]
+
+    @property
+    def header_bytes(self) -> int:
+        return self.offsets[0] if self.offsets else self._end
+
+    @property
+    def trailer_bytes(self) -> int:
+        return self.size - self._end
+
+    def _block(self, start: int) -> bytes:
+        stop = self._stops[start]
+        self.f.seek(start)
+        buf = self.f.read(stop - start)
+        if len(buf) != stop - start:
+            raise CorruptDataError("file is truncated")
+        return buf
+
+    def read_layer(self, i: int) -> LayerBlock:
+        start = self.offsets[i]
+        if i in self._groups.get(start, ()):  # a group read before, this member not yet
+            return self._take(start, i)
+        buf = self._block(start)
+        if buf[:4] == GROUP_TAG and self.version[1] >= 1:
+            self._groups[start] = self._read_group(start, buf)
+            return self._take(start, i)
+        return self._read_single(i, buf)
+
+    def _take(self, start: int, i: int) -> LayerBlock:
+        members = self._groups[start]
+        block = members.pop(i)
+        if not members:
+            del self._groups[start]
+        return block
+
+    def _read_single(self, i: int, buf: bytes) -> LayerBlock:
+        lay = self.header["layers"][i]
+        mv = memoryview(buf)
+        if len(buf) < _LAYER_HEAD.size + 8:
+            raise CorruptDataError(f"layer {i}: block too short")
+        if _U32.unpack_from(buf, len(buf) - 4)[0] != zlib.crc32(mv[:-4]):
+            raise CorruptDataError(f"layer {i} ({lay['name']}): checksum mismatch")
+        end = len(buf) - 4
+        tag, idx, mlen = _LAYER_HEAD.unpack_from(buf, 0)
+        if tag != LAYER_TAG or idx != i or len(self._refs[self.offsets[i]]) != 1:
+            raise CorruptDataError(f"layer {i}: bad block tag or index")
+        meta, table, pos = _meta_table(buf, mv, mlen, end, f"layer {i}")
+        scales, bodies, payload, pos = _read_chunks(buf, pos, end, len(self.header["steps"]),
+                                                    f"layer {i}")
+        if pos != end:
+            raise CorruptDataError(f"layer {i}: {end - pos} unexpected bytes after its chunks")
+        _check_scales(scales, f"layer {i} ({lay['name']})")
+        return LayerBlock(i, lay["name"], meta, table, scales, bodies, len(buf), payload)
+
+    def _read_group(self, start: int, buf: bytes) -> dict[int, LayerBlock]:
+        refs = self._refs[start]
+        what = f"group of layer {refs[0]}"
+        mv = memoryview(buf)
+        if len(buf) < _LAYER_HEAD.size + 8:
+            raise CorruptDataError(f"{what}: block too short")
+        if _U32.unpack_from(buf, len(buf) - 4)[0] != zlib.crc32(mv[:-4]):
+            raise CorruptDataError(f"{what}: checksum mismatch")
+        end = len(buf) - 4
+        _, n, mlen = _LAYER_HEAD.unpack_from(buf, 0)
+        if n != len(refs):
+            raise CorruptDataError(f"{what}: {n} members declared, the layer index points "
+                                   f"{len(refs)} layers at it")
+        meta, table, pos = _meta_table(buf, mv, mlen, end, what, zipped=True)
+        per_layer = meta.pop("layers", {})
+        if not isinstance(per_layer, dict) or not all(isinstance(v, dict) for v in per_layer.values()):
+            raise CorruptDataError(f"{what}: per-layer metadata is not an object of objects")
+        nsteps = len(self.header["steps"])
+        cache: dict = {}
+        out, prev, sizes = {}, -1, []
+        for i in refs:
+            at = pos
+            gap, pos = read_uvarint(buf, pos, end, f"{what} member index")
+            if prev + 1 + gap != i:
+                raise CorruptDataError(f"{what}: member {prev + 1 + gap} where the layer index "
+                                       f"has layer {i}")
+            scales, bodies, payload, pos = _read_chunks(buf, pos, end, nsteps, f"layer {i}")
+            name = self.header["layers"][i]["name"]
+            out[i] = LayerBlock(i, name, {**meta, **per_layer.get(str(i), {})}, table, scales,
+                                bodies, 0, payload, refs[0], cache)
+            sizes.append(pos - at)
+            prev = i
+        if pos != end:
+            raise CorruptDataError(f"{what}: {end - pos} unexpected bytes after its members")
+        scales = np.concatenate([b.scales for b in out.values()])
+        if not np.all(np.isfinite(scales) & (scales > 0)):  # all at once; then say which
+            for i, b in out.items():
+                _check_scales(b.scales, f"layer {i} ({b.name})")
+        shared = len(buf) - sum(sizes)
+        for k, i in enumerate(refs):
+            out[i].nbytes = sizes[k] + shared // n + (shared % n if k == 0 else 0)
+        return out
+
+    def layers(self) -> Iterator[LayerBlock]:
+        for i in range(len(self.offsets)):
+            yield self.read_layer(i)
+
+
+def _block_index(offsets: list[int], first: int, end: int, minor: int, name: str):
+    """Blocks' ends and layers from the trailer's offsets, or CorruptDataError: blocks in the
+    order of their first layer, the first right after the header, a layer block per layer in
+    1.0 (a group's layers share its offset in 1.1)."""
+    refs: dict[int, list[int]] = {}
+    starts: list[int] = []
+    for i, o in enumerate(offsets):
+        if o not in refs:
+            if starts and o <= starts[-1]:
+                raise CorruptDataError(f"{name}: layer index is inconsistent")
+            starts.append(o)
+            refs[o] = []
+        refs[o].append(i)
+    if starts and (starts[0] != first or starts[-1] >= end) or (minor == 0 and len(starts) != len(offsets)):
+        raise CorruptDataError(f"{name}: layer index is inconsistent")
+    if not offsets and end != first:
+        raise CorruptDataError(f"{name}: unexpected bytes between header and trailer")
+    return dict(zip(starts, starts[1:] + [end])), refs
+
+
+def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
+    """Verify a seekable ``.co3`` stream (magic, version, CRCs, trailer) and return a reader."""
+    f.seek(0, io.SEEK_END)
+    size = f.tell()
+    f.seek(0)
+    pre = f.read(_PRE.size)
+    if len(pre) < _PRE.size or pre[:8] != MAGIC:
+        raise CorruptDataError(f"{name} is not a .co3 file (bad magic)")
+    _, major, minor, hlen = _PRE.unpack(pre)
+    if major != MAJOR:
+        raise CorruptDataError(f"{name} has .co3 format version {major}.{minor}; this co3cli reads "
+                               f"version {MAJOR}.x (upgrade co3cli)")
+    if _PRE.size + hlen + 4 > size:
+        raise CorruptDataError(f"{name} is truncated or its header length is corrupt")
+    if hlen > MAX_HEADER:
+        raise CorruptDataError(f"{name}: compressed header of {hlen} bytes (limit {MAX_HEADER})")
+    js = f.read(hlen)
+    (hcrc,) = _U32.unpack(f.read(4))
+    if hcrc != zlib.crc32(pre + js):
+        raise CorruptDataError(f"{name}: header checksum mismatch")
+    header = parse_json(inflate(js, name), f"header of {name}")
+    problem = header_problem(header)
+    if problem:
+        raise CorruptDataError(f"{name}: malformed header: {problem}")
+    nlayers = len(header["layers"])
+    if len(header["steps"]) * nlayers > size:
+        raise CorruptDataError(f"{name}: header declares {len(header['steps'])} steps x {nlayers} "
+                               f"layers, more chunks than a {size}-byte file can hold")
+    tsize = _TRAILER_HEAD.size + 8 * nlayers + 4 + len(END_MAGIC)
+    end = size - tsize
+    if end < _PRE.size + hlen + 4:
+        raise CorruptDataError(f"{name} is truncated (no room for the trailer)")
+    f.seek(end)
+    tr = f.read(tsize)
+    tag, n = _TRAILER_HEAD.unpack_from(tr, 0)
+    if tag != b"END\0" or n != nlayers or tr[-len(END_MAGIC):] != END_MAGIC:
+        raise CorruptDataError(f"{name} is truncated or its trailer is corrupt")
+    offsets = list(struct.unpack_from(f"<{n}Q", tr, _TRAILER_HEAD.size))
+    (file_crc,) = _U32.unpack_from(tr, _TRAILER_HEAD.size + 8 * n)
+    f.seek(0)
+    crc, left = 0, size - 4 - len(END_MAGIC)
+    while left:
+        b = f.read(min(left, 1 << 24))
+        if not b:
+            raise CorruptDataError(f"{name} is truncated")
+        crc = zlib.crc32(b, crc)
+        left -= len(b)
+    if crc != file_crc:
+        raise CorruptDataError(f"{name}: file checksum mismatch (corrupted data)")
+    stops, refs = _block_index(offsets, _PRE.size + hlen + 4, end, minor, name)
+    nsteps = len(header["steps"])
+    for a, b in stops.items():
+        entries = nsteps * sum(header["layers"][i]["numel"] for i in refs[a])
+        if entries > MAX_ENTRIES_PER_BYTE * (b - a):
+            raise CorruptDataError(f"{name}: layer {refs[a][0]} declares {entries} entries "
+                                   f"(steps x numel), more than its {b - a}-byte block can hold")
+    return Co3File(f, size, header, offsets, (major, minor), end, stops, refs)

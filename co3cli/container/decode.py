@@ -1,0 +1,56 @@
+"""A verified ``.co3`` file's blocks back to symbols: grid and coder from the header, each
+block's integer table parsed (once per group block), each chunk decoded on its own.
+
+    header --read_co3_setup--> grid, coder;  block --block_table--> table
+    block --iter_decode_block--> symbols of each step (numel,) --decode_block--> (steps, numel)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from co3cli.coding import coder_from_config, row_length
+from co3cli.errors import CorruptDataError, InputError
+from co3cli.formats import get_grid
+
+
+def read_co3_setup(header: dict):
+    """Grid and coder described by a verified ``.co3`` header."""
+    try:
+        grid = get_grid(header["format"]["id"])
+        coder = coder_from_config(header["coder"])
+    except (KeyError, TypeError, InputError) as e:
+        raise CorruptDataError(f"header does not describe a usable format/coder ({e})") from None
+    if grid.config() != header["format"]:
+        raise CorruptDataError(f"header's format {header['format']} disagrees with this co3cli's "
+                               f"definition of {grid.id!r}")
+    return grid, coder
+
+
+def block_table(block, grid, coder):
+    """The block's parsed table (a group's members parse it once: ``block.cache``)."""
+    table = block.cache.get("table")
+    if table is None:
+        try:
+            table = block.cache["table"] = coder.table_from_bytes(block.table, grid.nsym)
+        except InputError as e:
+            raise CorruptDataError(f"layer {block.name}: bad table ({e})") from None
+    return table
+
+
+def iter_decode_block(block, grid, coder, numel: int, shape=None):
+    """Symbols (numel,) of each step of one verified layer block, in order."""
+    table = block_table(block, grid, coder)
+    cols = row_length(shape, numel)
+    for body in block.bodies:
+        yield table.decode(body, numel, cols=cols)
+
+
+def decode_block(block, grid, coder, numel: int, shape=None) -> np.ndarray:
+    """Symbols (steps, numel) of one verified layer block."""
+    if len(block.bodies) == 1:  # one step: the decoded row itself, no copy
+        return next(iter_decode_block(block, grid, coder, numel, shape))[None, :]
+    sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
+    for t, row in enumerate(iter_decode_block(block, grid, coder, numel, shape)):
+        sym[t] = row
+    return sym
