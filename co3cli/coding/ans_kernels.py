@@ -316,8 +316,10 @@ def _dec_next(x, e, w, mask, p):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def _encode_lanes4(sym, enc, out):  # pragma: no cover - compiled
-    """:func:`_encode_lanes_ref` with 4 lanes and the reciprocal rows of :func:`encoder_rows` (same words, same return values; ``out`` as there).  ``enc`` has a row for every
-    uint16 value (xmax 0 past the alphabet), so one test of xmax checks each symbol."""
+    """:func:`_encode_lanes_ref` with 4 lanes and the reciprocal rows of
+    :func:`encoder_rows` (same words, same return values; ``out`` as there).  ``enc`` has a
+    row for every uint16 value (xmax 0 past the alphabet), so one test of xmax checks each
+    symbol."""
     n = sym.size
     xs = np.full(4, np.uint64(STATE_LOW), dtype=np.uint64)
     ju = np.uint64(out.size)  # unsigned indices: no negative-index wraparound code
