@@ -7,7 +7,11 @@ entropy near 4.7 bits.  Seed fixed.
 Coders, all on one thread:
 
 * ``huffman`` / ``ans``: co3cli tables built from the empirical counts (the table bytes are
-  reported separately; sizes are of the common, self-delimiting payload);
+  reported separately; sizes are of the common, self-delimiting payload); ``ans`` writes the
+  layout the codec picks for ``--n`` symbols (4 interleaved states from 2**18),
+  ``ans-1state`` the single-state layout (what every layer got before), ``ans+lookup``
+  decodes straight to float32 values (``decode_lookup``, decode and dequantize in one pass);
+  the three ``ans`` rows are timed round-robin in the same rounds;
 * ``constriction-ans``: ``constriction.stream.stack.AnsCoder`` with a
   ``Categorical(p, perfect=False)`` model of the same empirical pmf;
 * ``zstd-3``, ``zstd-19``, ``lzma``, ``zlib-6``: byte compressors over the symbols as uint8.
@@ -57,6 +61,16 @@ def timed_pair(encode, decode, repeat: int):
     return statistics.median(t_enc), statistics.median(t_dec), blob, out
 
 
+def timed_pairs(pairs: dict, repeat: int) -> dict:
+    """:func:`timed_pair` for several ``name: (encode, decode)`` at once, round-robin."""
+    runs = {name: ([], [], None, None) for name in pairs}
+    for _ in range(repeat):
+        for name, (encode, decode) in pairs.items():
+            t_enc, t_dec, blob, out = timed_pair(encode, decode, 1)
+            runs[name] = (runs[name][0] + [t_enc], runs[name][1] + [t_dec], blob, out)
+    return {k: (statistics.median(e), statistics.median(d), b, o) for k, (e, d, b, o) in runs.items()}
+
+
 def byte_codecs():
     """(name, compress, decompress) for the general-purpose compressors."""
     import zstandard
@@ -88,7 +102,7 @@ def run(n: int, repeat: int) -> dict:
             "encode_msym_s": n / t_enc / 1e6, "decode_msym_s": n / t_dec / 1e6,
         })
 
-    for coder in (get_coder("huffman", max_len=16), get_coder("ans", precision=16)):
+    for coder in (get_coder("huffman", max_len=16),):
         table = coder.table_from_weights(counts.astype(np.float64))
         table.decode(table.encode(sym[:1000]), 1000)  # compile / load numba kernels
         t_enc, t_dec, blob, out = timed_pair(lambda: table.encode(sym),
@@ -96,6 +110,21 @@ def run(n: int, repeat: int) -> dict:
         if not np.array_equal(out, sym):
             raise SystemExit(f"{coder.id}: round trip failed")
         add(coder.id, len(blob), t_enc, t_dec, len(table.to_bytes()))
+
+    table = get_coder("ans", precision=16).table_from_weights(counts.astype(np.float64))
+    lut = (np.arange(NLEVELS) - NLEVELS // 2).astype(np.float32)
+    ans_rows = {  # interleaved with each other: the layouts' A/B in the same rounds
+        "ans": (lambda: table.encode(sym), lambda b: table.decode(b, n)),
+        "ans-1state": (lambda: table.encode(sym, lanes=1), lambda b: table.decode(b, n)),
+        "ans+lookup": (lambda: table.encode(sym), lambda b: table.decode_lookup(b, n, lut)),
+    }
+    for enc, dec in ans_rows.values():  # compile / load numba kernels
+        dec(enc())
+    for name, (t_enc, t_dec, blob, out) in timed_pairs(ans_rows, repeat).items():
+        want = lut[sym] if name == "ans+lookup" else sym
+        if not np.array_equal(out, want):
+            raise SystemExit(f"{name}: round trip failed")
+        add(name, len(blob), t_enc, t_dec, len(table.to_bytes()))
 
     import constriction
 

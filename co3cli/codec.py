@@ -49,7 +49,7 @@ from co3cli.container.decode import (block_table, decode_block, iter_decode_bloc
 from co3cli.errors import InputError
 from co3cli.fileio import created_timestamp, input_path, output_file, progress_iter
 from co3cli.formats import get_grid
-from co3cli.quantize import TIE_RULE, dequantize
+from co3cli.quantize import TIE_RULE, dequantize, dequantize_table
 
 
 @dataclass
@@ -474,8 +474,12 @@ def decode_values(block, grid, coder, numel: int, shape=None,
 
     def rows(lo, hi):
         for t in range(lo, hi):
-            values[t] = dequantize(table.decode(block.bodies[t], numel, cols=cols), grid,
-                                   block.scales[t])
+            if hasattr(table, "decode_lookup"):  # decode and dequantize in one pass
+                table.decode_lookup(block.bodies[t], numel, dequantize_table(grid, block.scales[t]),
+                                    out=values[t])
+            else:
+                values[t] = dequantize(table.decode(block.bodies[t], numel, cols=cols), grid,
+                                       block.scales[t])
 
     map_rows(workers, len(block.bodies), numel, rows)
     return values

@@ -294,11 +294,17 @@ def _get_lookup():
     return _lookup
 
 
+def dequantize_table(grid: Grid, scale) -> np.ndarray:
+    """The value of each symbol at ``scale``: ``dequantize(sym) == dequantize_table()[sym]``
+    (for coders that decode straight into values, e.g. ``AnsTable.decode_lookup``)."""
+    return grid.values / _check_scale(scale)
+
+
 def dequantize(sym, grid: Grid, scale) -> np.ndarray:
     """float32 values ``values[sym] / scale`` (the division done once per grid value: the same
     float32 results; a numba table lookup, no index array)."""
     sym = np.asarray(sym)
-    table = grid.values / _check_scale(scale)
+    table = dequantize_table(grid, scale)
     if sym.dtype != np.uint16:
         if sym.size and (int(sym.max()) >= grid.nsym or int(sym.min()) < 0):
             raise InputError(f"symbol {int(sym.max())} out of range for {grid.id} "

@@ -532,3 +532,177 @@ def test_tables_share_the_common_api():
         table = get_coder(coder_id).table_from_weights(np.ones(3))
         for name in ("encode", "decode", "expected_bits", "to_bytes", "nsym"):
             assert hasattr(table, name)
+
+
+# --------------------------------------------------------------------------------------
+# Interleaved rANS (layout 1): chosen by size, old payloads still read, rate, corruption
+
+
+LANES_AT = co3cli.coding.ans.LANE_THRESHOLDS[-1][0]  # the smallest size that gets 4 lanes
+
+
+@pytest.fixture(scope="module")
+def big_message():
+    rng = np.random.default_rng(8)
+    weights = np.exp(-np.abs(np.linspace(-6, 6, 251)) ** 0.7 * 3)
+    table = AnsTable(quantize_freqs(weights))
+    return table, sample(weights, LANES_AT + 3, rng)
+
+
+def _single_state(table, sym):
+    from co3cli.coding import ans_kernels
+
+    out = np.empty(sym.size + 2, dtype=np.uint32)
+    start = ans_kernels._encode_kernel(sym, table.freqs, table._cum, table.precision, out)
+    return out[start:].tobytes()
+
+
+def test_layout_is_chosen_by_size_alone(big_message):
+    from co3cli.coding.ans import lanes_for
+
+    table, sym = big_message
+    small = sym[: LANES_AT - 1]
+    assert lanes_for(small.size) == 1 and lanes_for(sym.size) == 4
+    assert table.encode(small) == _single_state(table, small)  # small layers: today's bytes
+    words = np.frombuffer(table.encode(sym), dtype="<u4")
+    assert words[1] >> 31 == 1 and words[2] == 4 | 1 << 8
+    assert table.encode(sym) == table.encode(sym.copy(), lanes=4)
+
+
+def test_single_state_payloads_of_large_layers_still_decode(big_message):
+    table, sym = big_message
+    old = _single_state(table, sym)  # what co3cli wrote before the interleaved layout
+    assert np.frombuffer(old, dtype="<u4")[1] >> 31 == 0
+    assert table.decode(old, sym.size).tolist() == sym.tolist()
+    lut = np.linspace(-1, 1, 251).astype(np.float32)
+    assert table.decode_lookup(old, sym.size, lut).tolist() == lut[sym].tolist()
+
+
+def test_interleaved_rate_costs_at_most_the_extra_states(big_message):
+    table, sym = big_message
+    single, four = len(_single_state(table, sym)), len(table.encode(sym))
+    assert single <= four <= single + 28
+    assert four <= single * 1.002
+    ideal = table.expected_bits(np.bincount(sym, minlength=251)) / 8
+    assert ideal - 1 <= four <= ideal * 1.001 + 36
+
+
+def test_decode_lookup_equals_dequantize(big_message):
+    from co3cli.formats import get_grid
+    from co3cli.quantize import dequantize
+
+    grid = get_grid("fp8-e5m2")
+    table = AnsTable(quantize_freqs(np.ones(grid.nsym)))
+    rng = np.random.default_rng(1)
+    for n in (5, LANES_AT + 1):
+        sym = rng.integers(0, grid.nsym, n).astype(np.uint16)
+        blob, scale = table.encode(sym), np.float32(3.7e4)
+        want = dequantize(sym, grid, scale).view(np.uint32)
+        lut = (grid.values / scale).astype(np.float32)
+        assert table.decode_lookup(blob, n, lut).view(np.uint32).tolist() == want.tolist()
+        out = np.empty(n, np.float32)
+        assert table.decode_lookup(blob, n, lut, out=out) is out
+    with pytest.raises(InputError, match="lut: need one value per symbol"):
+        table.decode_lookup(blob, n, lut[:-1])
+    with pytest.raises(InputError, match="out: need a contiguous"):
+        table.decode_lookup(blob, n, lut, out=np.empty(n, np.float64))
+
+
+def test_interleaved_structural_corruption_rejected(big_message):
+    table, full = big_message
+    sym = full[:5000]
+    blob = table.encode(sym, lanes=4)
+    words = np.frombuffer(blob, dtype="<u4")
+
+    def with_word(i, v):
+        w = words.copy()
+        w[i] = v
+        return w.tobytes()
+
+    cases = [blob[: 4 * k] for k in range(2, 12)] + [blob[:-4], blob + bytes(4), blob + b"\1\2\3\4"]
+    cases += [with_word(2, v) for v in (0, 1, 4, 0x101, 0x100 | 33, 0x204, 0x10104, 0x80000104)]
+    cases += [with_word(1, words[1] & 0x7FFFFFFF)]  # the flag off: read as one state
+    for bad in cases:
+        with pytest.raises(CorruptDataError):
+            table.decode(bad, sym.size)
+    for n in (sym.size - 1, sym.size + 1, 0):
+        with pytest.raises(CorruptDataError):
+            table.decode(blob, n)
+    with pytest.raises(CorruptDataError, match="unknown layout word 0x00000204"):
+        table.decode(with_word(2, 0x204), sym.size)
+    short = np.frombuffer(table.encode(sym[:3], lanes=4), dtype="<u4").copy()
+    short[2] = 0x100 | 32
+    with pytest.raises(CorruptDataError, match="cannot hold 32 lane states"):
+        table.decode(short.tobytes(), 3)
+
+
+def test_interleaved_bit_flips_detected(big_message):
+    """As test_ans_bit_flips_detected, on a 4-lane payload (header words included)."""
+    table, full = big_message
+    sym = full[:3000]
+    blob = bytearray(table.encode(sym, lanes=4))
+    rng = np.random.default_rng(6)
+    ok = 0
+    positions = np.concatenate([np.arange(8 * 36), rng.integers(0, 8 * len(blob), size=1500)])
+    for pos in positions:
+        blob[pos // 8] ^= 1 << (pos % 8)
+        try:
+            ok += np.array_equal(table.decode(bytes(blob), sym.size), sym)
+        except CorruptDataError:
+            ok += 1
+        blob[pos // 8] ^= 1 << (pos % 8)
+    assert ok >= 0.99 * positions.size
+
+
+def test_random_interleaved_garbage_never_hangs_or_passes():
+    """Random words behind a valid-looking header for every lane count: each is rejected
+    (or, by a ~2**-31 accident, decodes), fast, with only ``n`` outputs allocated."""
+    table = AnsTable(quantize_freqs(np.exp(-np.arange(30) / 4.0)))
+    rng = np.random.default_rng(11)
+    rejected = 0
+    for lanes in (2, 3, 4, 5, 8, 32):
+        for _ in range(20):
+            w = rng.integers(0, 1 << 32, int(rng.integers(2 * lanes + 1, 400)), dtype=np.uint64)
+            w = w.astype(np.uint32)
+            w[1] |= np.uint32(1 << 31)
+            w[2] = lanes | 1 << 8
+            try:
+                table.decode(w.astype("<u4").tobytes(), int(rng.integers(0, 3000)))
+            except CorruptDataError:
+                rejected += 1
+    assert rejected >= 119
+
+
+def test_codec_writes_the_interleaved_layout_identically_for_any_thread_count(tmp_path, monkeypatch):
+    """A dump with a layer of >= 2**18 entries (and a small one): the same file for
+    ``threads`` 1 and 2, its big payloads in layout 1, and a bit-exact round trip."""
+    from co3cli.codec import compress, decode_block, decompress, read_co3_setup
+    from co3cli.container import open_co3
+    from co3cli.dump import Dump, write_dump
+    from co3cli.quantize import dequantize, quantize
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # the one timestamp
+    rng = np.random.default_rng(3)
+    big = (rng.laplace(size=(2, LANES_AT + 5)) * 1e-3).astype(np.float32)
+    layers = {"big.weight": (big, (LANES_AT + 5,)),
+              "small.bias": (rng.standard_normal((2, 100)).astype(np.float32), (100,))}
+    src = tmp_path / "d.h5"
+    write_dump(src, layers, steps=np.array([0, 1]), loss=np.float32([1.0, 0.5]), attrs={})
+    outs = []
+    for threads in (1, 2):
+        outs.append(tmp_path / f"t{threads}.co3")
+        compress(src, outs[-1], threads=threads)
+    assert outs[0].read_bytes() == outs[1].read_bytes()
+    with open(outs[0], "rb") as f:
+        blocks = {b.name: b for b in open_co3(f).layers()}
+        heads = {name: [np.frombuffer(body[:12], "<u4")[1] >> 31 for body in b.bodies]
+                 for name, b in blocks.items()}
+        grid, coder = read_co3_setup(open_co3(f).header)
+        got = decode_block(blocks["big.weight"], grid, coder, big.shape[1])
+    want = [quantize(big[t], grid, blocks["big.weight"].scales[t]) for t in range(2)]
+    assert np.array_equal(got, np.stack(want))
+    assert heads == {"big.weight": [1, 1], "small.bias": [0, 0]}
+    decompress(outs[0], tmp_path / "back.h5")
+    with Dump.open(tmp_path / "back.h5") as back:
+        want = np.stack([dequantize(w, grid, blocks["big.weight"].scales[t]) for t, w in enumerate(want)])
+        assert np.array_equal(back.read_layer("big.weight").view(np.uint32), want.view(np.uint32))
