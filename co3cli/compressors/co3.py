@@ -133,7 +133,7 @@ class CO3(Compressor):
         return np.float32(state["scale_fit"])
 
     def decompress(self, payload, numel, state):
-        from co3cli.quantize import dequantize
+        from co3cli.quantize import dequantize, dequantize_table
         from co3cli.varint import uvarints_from_bytes
 
         if len(payload) < 5:
@@ -151,5 +151,9 @@ class CO3(Compressor):
             pos += int(n)
         if "table" not in state:
             raise CorruptDataError("co3: payload needs a table that was never sent")
-        sym = state["table"].decode(payload[pos:], numel, cols=state.get("cols"))
+        table = state["table"]
+        if hasattr(table, "decode_lookup"):  # decode and dequantize in one pass
+            return table.decode_lookup(payload[pos:], numel,
+                                       dequantize_table(self.grid, np.float32(scale)))
+        sym = table.decode(payload[pos:], numel, cols=state.get("cols"))
         return dequantize(sym, self.grid, np.float32(scale))
