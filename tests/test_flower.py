@@ -248,7 +248,8 @@ class Processes:
         import httpx
 
         self.start("superlink", "flower-superlink", "--insecure", "--host", "127.0.0.1", "--port",
-                   str(self.port), "--database", ":flwr-in-memory-state:", *extra)
+                   str(self.port), "--database", ":flwr-in-memory-state:",
+                   "--disable-runtime-dependency-installation", *extra)  # no network: no uv sync
         while self.left() > 0:
             try:
                 if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).is_success:
@@ -415,11 +416,12 @@ def test_flower_simulation_matches_co3_simulate_fl(tmp_path, processes):
     (app / "co3replay" / "apps.py").write_text(REPLAY_APPS)
 
     procs = processes(420, [app])
-    procs.superlink("--simulation", "--disable-runtime-dependency-installation")
-    procs.flwr_run(app, "--federation-config",
+    procs.superlink("--simulation")
+    log = procs.flwr_run(app, "--federation-config",
                    "num-supernodes=3 init-args-num-cpus=2 client-resources-num-cpus=1",
                    "--run-config", f"dumps='{dumps}' rounds={rounds} co3cli-gamma={gamma} "
                    f"co3cli-params='{json.dumps(params)}'")
+    assert (dumps / "history.json").exists(), log[-3000:]
     history = json.loads((dumps / "history.json").read_text())
     metrics = list(csv.DictReader(open(dumps / "client0" / "metrics.csv")))
     assert [h["payload_bytes"] for h in history] == [int(m["uplink_bytes"]) for m in metrics]
@@ -452,8 +454,8 @@ def test_deployment_on_localhost(tmp_path, processes):
                     f"127.0.0.1:{procs.port}", "--port", str(_free_port()),
                     "--node-config", f"partition-id={i} num-partitions=2")
     out = tmp_path / "out"
-    procs.flwr_run(EXAMPLE, "--run-config",
-                   f"num-server-rounds=2 local-steps=2 out='{out}'")
+    log = procs.flwr_run(EXAMPLE, "--run-config", f"num-server-rounds=2 local-steps=2 out='{out}'")
+    assert (out / "history.json").exists(), log[-3000:] + procs.log("supernode0")
     doc = json.loads((out / "history.json").read_text())
     assert doc["compressor"]["id"] == "co3" and doc["compressor"]["format"] == "fp4-e2m1"
     rows = doc["rounds"]
