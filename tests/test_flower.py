@@ -219,13 +219,13 @@ class Processes:
     """Flower servers started for one test: a marker in their environment, a deadline, and a
     cleanup that kills each one's process tree and then anything else carrying the marker."""
 
-    def __init__(self, tmp: Path, deadline_s: float, app_paths: list[Path]):
+    def __init__(self, tmp: Path, deadline_s: float):
         self.tmp, self.deadline = tmp, time.monotonic() + deadline_s
         self.marker = uuid.uuid4().hex
         self.env = dict(os.environ, FLWR_HOME=str(tmp / "flwr-home"), OMP_NUM_THREADS="1",
                         FLWR_DISABLE_UPDATE_CHECK="1", CO3CLI_FLOWER_TEST=self.marker,
-                        PYTHONPATH=os.pathsep.join([str(ROOT), *map(str, app_paths),
-                                                    os.environ.get("PYTHONPATH", "")]))
+                        # this checkout's co3cli; the app's code travels in the FAB
+                        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         self.procs: list[subprocess.Popen] = []
         self.port = _free_port()
         home = tmp / "flwr-home"
@@ -240,7 +240,7 @@ class Processes:
     def start(self, name: str, *args: str) -> subprocess.Popen:
         log = open(self.tmp / f"{name}.log", "w")
         p = subprocess.Popen(list(args), env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+                             cwd=self.tmp, start_new_session=True)
         self.procs.append(p)
         return p
 
@@ -248,7 +248,7 @@ class Processes:
         import httpx
 
         self.start("superlink", "flower-superlink", "--insecure", "--host", "127.0.0.1", "--port",
-                   str(self.port), "--database", ":flwr-in-memory-state:",
+                   str(self.port), "--database", ":flwr-in-memory:",
                    "--disable-runtime-dependency-installation", *extra)  # no network: no uv sync
         while self.left() > 0:
             try:
@@ -263,7 +263,7 @@ class Processes:
     def flwr_run(self, app: Path, *args: str) -> str:
         run = subprocess.run(["flwr", "run", str(app), "test", "--stream", *args], env=self.env,
                              capture_output=True, text=True, timeout=max(self.left(), 1),
-                             start_new_session=True)
+                             cwd=self.tmp, start_new_session=True)
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-4000:]
         return out
@@ -308,8 +308,8 @@ def processes(tmp_path):
     pytest.importorskip("psutil", reason="the process tests use psutil to clean up")
     made = []
 
-    def make(deadline_s: float, app_paths: list[Path]) -> Processes:
-        made.append(Processes(tmp_path, deadline_s, app_paths))
+    def make(deadline_s: float) -> Processes:
+        made.append(Processes(tmp_path, deadline_s))
         return made[-1]
 
     yield make
@@ -415,7 +415,7 @@ def test_flower_simulation_matches_co3_simulate_fl(tmp_path, processes):
     (app / "co3replay" / "__init__.py").write_text("")
     (app / "co3replay" / "apps.py").write_text(REPLAY_APPS)
 
-    procs = processes(420, [app])
+    procs = processes(420)
     procs.superlink("--simulation")
     log = procs.flwr_run(app, "--federation-config",
                    "num-supernodes=3 init-args-num-cpus=2 client-resources-num-cpus=1",
@@ -447,7 +447,7 @@ def test_deployment_on_localhost(tmp_path, processes):
     """examples/flower deployed: one SuperLink, two SuperNodes (separate processes, ports
     chosen now), two rounds of FedAvg with co3 fp4 uploads; the run's history shows both
     clients in both rounds with their state kept (client_rounds = round)."""
-    procs = processes(480, [EXAMPLE])
+    procs = processes(480)
     procs.superlink()
     for i in range(2):
         procs.start(f"supernode{i}", "flower-supernode", "--insecure", "--superlink",

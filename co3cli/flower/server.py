@@ -38,7 +38,7 @@ from co3cli.compressors import Compressor
 from co3cli.errors import InputError
 from co3cli.flower.client import build_compressor
 from co3cli.flower.wire import (META, PAYLOAD_STYPE, SCHEMA, config_json, decode_update,
-                                message_bytes)
+                                message_bytes, warm_up)
 
 try:  # the base class, when flwr is installed (``co3cli[flower]``)
     from flwr.serverapp.strategy import Strategy as _Base
@@ -90,6 +90,7 @@ class CompressedStrategy(_Base):
                 continue
             meta = self._check(msg)
             nbytes = message_bytes(msg)
+            warm_up(self.comp)
             t0 = time.perf_counter()
             self._decode(server_round, msg, meta)
             row["t_decompress"] += time.perf_counter() - t0
