@@ -38,6 +38,8 @@ from co3cli.flower.wire import row_cols  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flower"
 PARAMS = {"co3": {"format": "fp4-e2m1", "refit_every": 2}, "topk": {"fraction": 0.05}}
+CASES = sorted((cid, PARAMS.get(cid, {})) for cid in COMPRESSORS.ids()) + [
+    ("co3", {"format": "fp8-e5m2", "coder": coder, "refit_every": 3}) for coder in ("huffman", "ctx")]
 
 
 # -- message-level harness (no ray) ---------------------------------------------------------------
@@ -88,13 +90,14 @@ def _updates(rng, shapes):
             for k, s in shapes.items()}
 
 
-@pytest.mark.parametrize("cid", sorted(COMPRESSORS.ids()))
-def test_every_compressor_gives_the_reference_bytes(identity, cid):
+@pytest.mark.parametrize("cid, params", CASES, ids=lambda x: x if isinstance(x, str) else
+                         x.get("coder", ""))
+def test_every_compressor_gives_the_reference_bytes(identity, cid, params):
     """3 clients x 4 rounds, gamma 0.5: the bytes and the decoded updates equal those of the
     compressor driven directly (ErrorFeedback + its states kept in memory), although every
     round builds a new Mod and the node's context goes through Flower's serialization."""
     shapes = {"fc.weight": (32, 48), "fc.bias": (48,), "out.weight": (10, 48)}
-    params, gamma, seed = PARAMS.get(cid, {}), 0.5, 3
+    gamma, seed = 0.5, 3
     comp = get_compressor(cid, **params)
     strategy = CompressedStrategy(fedavg(), cid, params)
     nodes = [101, 202, 303]
