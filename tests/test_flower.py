@@ -53,7 +53,7 @@ def identity(monkeypatch):
 
 
 def fedavg():
-    return FedAvg(min_train_nodes=1, min_available_nodes=1)
+    return FedAvg(min_train_nodes=1, min_evaluate_nodes=1, min_available_nodes=1)
 
 
 class FakeGrid:
@@ -179,6 +179,32 @@ def test_error_feedback_memory_lives_in_the_context_state(identity):
     want = comp.compress(u2["a"] + e, {}, None).payload
     assert reply.content["arrays"]["a"].data == want
     assert reply.content["arrays"]["a"].data != comp.compress(u2["a"], {}, None).payload
+
+
+def test_evaluate_messages_pass_through(identity):
+    strategy = CompressedStrategy(fedavg(), "co3")
+    w = {"a": np.ones(8, np.float32)}
+    msg, = strategy.configure_evaluate(1, _arrays(w), ConfigRecord(), FakeGrid([4]))
+    assert msg.metadata.message_type == MessageType.EVALUATE
+    ctx = Context(run_id=1, node_id=4, node_config={}, state=RecordDict(), run_config={})
+    reply = CompressMod("co3")(msg, ctx, lambda m, c: Message(
+        RecordDict({"metrics": MetricRecord({"num-examples": 1, "acc": 0.5})}), reply_to=m))
+    assert "co3cli" not in reply.content and not ctx.state.config_records
+    assert strategy.aggregate_evaluate(1, [reply])["acc"] == 0.5
+
+
+def test_state_export_refuses_what_it_cannot_carry():
+    comp = get_compressor("topk")
+    assert comp.export_state({"cols": 3, "x": np.float32(2.5)}) == {"cols": 3, "x": 2.5}
+    with pytest.raises(InputError, match="state entry 'obj' .object. cannot be exported"):
+        comp.export_state({"obj": object()})
+    co3 = get_compressor("co3")
+    state = {"cols": 8}
+    co3.compress(np.linspace(-1, 1, 64, dtype=np.float32), state, None)
+    doc = co3.export_state(state)
+    assert isinstance(doc["table"], bytes) and "uncodable" not in doc
+    back = co3.import_state(doc)
+    assert back["table"].to_bytes() == doc["table"]
 
 
 def test_bad_input_gets_one_clear_line(identity):

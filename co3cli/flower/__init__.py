@@ -19,7 +19,9 @@ compressor config on the same update tensors gives the same payload bytes as ``c
 fl`` (``tests/test_flower.py`` checks it in Flower's simulation engine); Flower's framing is
 counted beside the payload. Needs ``flwr`` (``pip install 'co3cli[flower]'``: flwr[simulation]
 >= 1.42, < 2: the Message API and the HTTP SuperLink). ``examples/flower/`` runs the same app in
-simulation and deployed on several machines.
+simulation and deployed on several machines. The legacy ``client_fn``/``NumPyClient`` path
+(``flwr.compat``, kept by Flower for backward compatibility) is not wrapped: its messages carry
+other records.
 """
 
 from co3cli.flower.client import CompressMod, build_compressor, settings_from_run_config
