@@ -19,6 +19,12 @@ Compressors are registered in ``COMPRESSORS`` (``get_compressor(id, **params)``)
 :class:`Compressor` subclass in its own module plus one ``@COMPRESSORS.register`` line. A payload
 that does not decode exactly (truncated, corrupt, a table it needs was never sent) raises
 ``CorruptDataError``; bad parameters raise ``InputError``.
+
+A transport that cannot keep a state object between calls (a Flower client, recreated every
+round, keeps only plain records) exports it with ``export_state(state)`` (plain values: int,
+float, str, bytes, bool, float arrays; the caches named in ``DERIVED_STATE`` are dropped and
+rebuilt on use) and rebuilds it with ``import_state(doc)``; the calls after that produce the
+same bytes as with the original state.
 """
 
 from __future__ import annotations
@@ -58,6 +64,31 @@ class Compressor(Configurable, abc.ABC):
     kind: ClassVar[str] = "compressor"
     stochastic: ClassVar[bool] = False  # uses the rng given to compress
     receiver_state: ClassVar[bool] = False  # the decoder learns state from payloads (tables)
+    DERIVED_STATE: ClassVar[tuple[str, ...]] = ()  # state caches export_state drops
+
+    def export_state(self, state: dict) -> dict[str, Any]:
+        """``state`` as plain values (see the module docstring); InputError on an object that
+        a subclass did not teach it to export."""
+        out: dict[str, Any] = {}
+        for key, value in state.items():
+            if key in self.DERIVED_STATE:
+                continue
+            if isinstance(value, np.generic):
+                value = value.item()
+            if isinstance(value, np.ndarray):
+                out[key] = value.copy()
+            elif isinstance(value, (bool, int, float, str, bytes)):
+                out[key] = value
+            else:
+                from co3cli.errors import InputError
+
+                raise InputError(f"{self.id}: state entry {key!r} ({type(value).__name__}) "
+                                 "cannot be exported; override export_state/import_state")
+        return out
+
+    def import_state(self, doc: dict[str, Any]) -> dict:
+        """The state ``export_state`` exported (a new dict)."""
+        return dict(doc)
 
     @abc.abstractmethod
     def compress(self, v: np.ndarray, state: dict, rng: np.random.Generator) -> Packet:

@@ -286,6 +286,7 @@ class Sketch(Compressor):
     """Count sketch (FetchSGD): an r x c float32 table; median (or median + top-k) unsketch."""
 
     id = "sketch"
+    DERIVED_STATE = ("sketch_hashes",)  # drawn again from (seed, n)
     PARAMS = {"rows": 5, "cols": None, "width": 0.1, "unsketch": "median", "k_fraction": 0.01,
               "seed": 0}
     UNSKETCH = ("median", "topk")

@@ -54,6 +54,20 @@ class CO3(Compressor):
     receiver_state = True
     PARAMS = {"format": "fp8-e5m2", "scale": None, "coder": "ans", "model": "gennorm-zi",
               "refit_every": 10, "fit_entries": 1 << 14}
+    DERIVED_STATE = ("uncodable",)
+
+    def export_state(self, state):
+        """The table travels as its bytes (``to_bytes``, what a refit payload carries)."""
+        doc = super().export_state({k: v for k, v in state.items() if k != "table"})
+        if "table" in state:
+            doc["table"] = state["table"].to_bytes()
+        return doc
+
+    def import_state(self, doc):
+        state = dict(doc)
+        if "table" in state:
+            state["table"] = self.coder.table_from_bytes(bytes(state["table"]), self.grid.nsym)
+        return state
 
     def check(self) -> None:
         from co3cli.formats import get_grid
