@@ -181,7 +181,9 @@ class CtxTable:
         model = (cols, self._K, self._mmax, self._pz0, self._ps0, self._child, self._tp1,
                  self._path_off, self._path_bit)
         if reference:
-            return kern.run_reference(decode, sym, buf, *model, self._limit, kern.RECIP)
+            from co3cli.coding.ctx_reference import run_reference
+
+            return run_reference(decode, sym, buf, *model, self._limit, kern.RECIP)
         run = kern.decode_kernel if decode else kern.encode_kernel
         return run(sym, buf, *model, self._path_node, self._limit, kern.RECIP)
 
