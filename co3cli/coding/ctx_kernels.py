@@ -140,27 +140,6 @@ RECIP = np.array([(2 * PROB_ONE) // (2 * k + 3) for k in range(256)], dtype=np.i
 # Fast kernels: the same model and bits as ``ctx_reference.run_reference``
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _shift_low(low, cache, csize, buf, pos, nbuf):  # pragma: no cover - compiled
-    """Shift one byte out of the encoder's ``low``: when its top byte is settled, emit the
-    cached byte and the pending ``0xFF`` bytes with the carry. Returns the new
-    ``(low, cache, csize, pos)``; ``pos = -1`` when the output buffer is full."""
-    if low < 0xFF000000 or low >= 0x100000000:  # top byte settled
-        carry = low >> 32
-        if pos + csize > nbuf:
-            return low, cache, csize, -1
-        buf[pos] = (cache + carry) & 0xFF
-        pos += 1
-        for _ in range(csize - 1):
-            buf[pos] = (0xFF + carry) & 0xFF
-            pos += 1
-        csize = 0
-        cache = (low >> 24) & 0xFF
-    csize += 1
-    low = (low & 0x00FFFFFF) << 8
-    return low, cache, csize, pos
-
-
 @njit(cache=True, nogil=True)
 def path_nodes(child, path_off, path_bit):  # pragma: no cover - compiled
     """The tree node of every decision on every leaf path (aligned with ``path_bit``): the
@@ -173,46 +152,39 @@ def path_nodes(child, path_off, path_bit):  # pragma: no cover - compiled
             node = child[2 * node + path_bit[q]]
     return out
 
+# ---------------------------------------------------------------------------------------
+# Reference kernel (co3cli 0.1.0).  One function runs the model in both directions, so the
+# encoder and the decoder cannot drift apart; ``decode`` only selects the coder half of
+# each decision.
+
 
 @njit(cache=True, nogil=True, inline="always")
-def _adapt(st, bit, limit, recip):  # pragma: no cover - compiled
+def _adapt(st, bit, limit, step):  # pragma: no cover - compiled
     """One adaptive probability ``(p << 8) | count`` after coding ``bit``: ``p`` moves
-    towards it by ``1 / (count + 1.5)`` (clamped), the count grows up to ``limit``."""
+    towards it by ``step / 2**16`` (``RECIP[count]``, clamped), the count grows up to
+    ``limit``.  Scalars only: an array argument of an inlined function costs a reference
+    count update (an atomic) per call."""
     p = st >> 8
     cnt = st & 0xFF
-    p += (((bit << PROB_BITS) - p) * recip[cnt]) >> 16
+    p += (((bit << PROB_BITS) - p) * step) >> 16
     p = min(max(p, PMIN), PROB_ONE - PMIN)
     cnt += 1 if cnt < limit else 0
     return (p << 8) | cnt
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _step(decode, bit, p, rng, low, code, cache, csize, buf, pos, nbuf):  # pragma: no cover
-    """Code one binary decision with probability ``p`` (of a 1, 16 bits); the decoder
-    returns the decoded bit.  ``pos = -1`` on return: out of bytes (decode) or out of
-    buffer (encode)."""
+def _code(decode, bit, p, rng, low, code):  # pragma: no cover - compiled
+    """One binary decision with probability ``p`` (of a 1, 16 bits), before the
+    renormalisation: returns ``(bit, rng, low, code)``; the decoder's bit is decoded."""
     bound = (rng >> 16) * p
     if decode:
         bit = 1 if code < bound else 0
-        keep = bit - 1   # 0 for a 1, all ones for a 0
+    keep = bit - 1   # 0 for a 1, all ones for a 0
+    if decode:
         code -= bound & keep
-        rng = bound + ((rng - 2 * bound) & keep)
-        while rng < TOP:
-            if pos >= nbuf:
-                return bit, rng, low, code, cache, csize, -1
-            code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
-            pos += 1
-            rng <<= 8
     else:
-        keep = bit - 1
         low += bound & keep
-        rng = bound + ((rng - 2 * bound) & keep)
-        while rng < TOP:
-            rng <<= 8
-            low, cache, csize, pos = _shift_low(low, cache, csize, buf, pos, nbuf)
-            if pos < 0:
-                return bit, rng, low, code, cache, csize, -1
-    return bit, rng, low, code, cache, csize, pos
+    return bit, bound + ((rng - 2 * bound) & keep), low, code
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -226,10 +198,9 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
     nbuf = buf.size
     low = 0
     rng = 0xFFFFFFFF
-    cache = 0
-    csize = 1
     pos = 0
     code = 0
+    fail_status = 1 if decode else 2   # ran out of bytes / of output buffer
     if decode:
         if nbuf < 4:
             return 3, 0
@@ -242,6 +213,10 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
         for i in range(n):
             if sym[i] > K + mmax:
                 return 1, i
+        if nbuf < 5:
+            return 2, 0
+        buf[0] = 0   # the byte a carry out of ``low`` would go to: always 0
+        pos = 1
     nint = child.size // 2
     sbase = NZCTX
     mbase = NZCTX + NSCTX
@@ -253,6 +228,20 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
     col_est = np.zeros(cols, dtype=np.int64)
     col_n = np.zeros(cols, dtype=np.int64)
     col_z = np.full(cols, -1, dtype=np.int64)
+    # magnitudes and sign classes (0 zero, 1 +, 2 -) of the row above and of this row;
+    # -1 (absent) past either end of the row and above the first row
+    up_m = np.full(cols + 2, -1, dtype=np.int64)
+    up_s = np.zeros(cols + 2, dtype=np.int64)
+    cur_m = np.full(cols + 2, -1, dtype=np.int64)
+    cur_s = np.zeros(cols + 2, dtype=np.int64)
+    # neighbours of the next entry: left a, left-left e, up b, up-left c, up-right d
+    a = -1
+    e = -1
+    sa = 0
+    c = -1
+    b = up_m[0]
+    sb = up_s[0]
+    d = up_m[1]
     mean_step = np.zeros(max(ROW_CAP, COL_CAP) + 1, dtype=np.int64)
     for k in range(1, mean_step.size):
         mean_step[k] = PROB_ONE // k
@@ -261,7 +250,6 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
     bmul = (NB << 32) // pscale
     zmul = (NZP << 32) // pscale
     j = 0
-    r = 0
     ro = 0
     ron = 0
     last_off = 0
@@ -276,28 +264,6 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
     sxy = 0
     sxx = 0
     for i in range(n):
-        # ---------------- neighbours (row and column starts: predictable branches)
-        a = -1
-        e = -1
-        b = -1
-        c = -1
-        d = -1
-        sa = 0
-        sb = 0
-        if j > 0:
-            t = np.int64(sym[i - 1]) - K
-            a = abs(t)
-            sa = (1 if t > 0 else 0) + (2 if t < 0 else 0)
-            if j > 1:
-                e = abs(np.int64(sym[i - 2]) - K)
-        if r > 0:
-            t = np.int64(sym[i - cols]) - K
-            b = abs(t)
-            sb = (1 if t > 0 else 0) + (2 if t < 0 else 0)
-            if j > 0:
-                c = abs(np.int64(sym[i - cols - 1]) - K)
-            if j + 1 < cols:
-                d = abs(np.int64(sym[i - cols + 1]) - K)
         # ---------------- prediction (selects, no data-dependent jumps)
         cn = col_n[j]
         ce = col_est[j]
@@ -325,13 +291,27 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
             st = np.int64(PR[zc])
             if st == 0:  # first use: start from the parent context
                 st = (zparent[zp] & ~0xFF) | N0
-            bit, rng, low, code, cache, csize, pos = _step(
-                decode, 1 if v == 0 else 0, st >> 8, rng, low, code, cache, csize, buf, pos,
-                nbuf)
-            if pos < 0:
-                return (1, 0) if decode else (2, 0)
-            PR[zc] = _adapt(st, bit, limit, recip)
-            zparent[zp] = _adapt(zparent[zp], bit, limit, recip)
+            bit, rng, low, code = _code(decode, 1 if v == 0 else 0, st >> 8, rng, low, code)
+            while rng < TOP:
+                if pos >= nbuf:
+                    return fail_status, 0
+                if decode:
+                    code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
+                else:
+                    if low >= 0x100000000:  # carry into the bytes written
+                        low -= 0x100000000
+                        k = pos - 1
+                        while buf[k] == 0xFF:
+                            buf[k] = 0
+                            k -= 1
+                        buf[k] += 1
+                    buf[pos] = low >> 24
+                    low = (low & 0xFFFFFF) << 8
+                pos += 1
+                rng <<= 8
+            PR[zc] = _adapt(st, bit, limit, recip[st & 0xFF])
+            zpt = zparent[zp]
+            zparent[zp] = _adapt(zpt, bit, limit, recip[zpt & 0xFF])
             if bit == 0:
                 # ---------------- magnitude: the tree path under context mc
                 mc = ((P * bmul) >> 32) * NCONF + conf
@@ -346,11 +326,25 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
                     node = 0
                     while True:
                         st = np.int64(PR[mb + node])
-                        bit, rng, low, code, cache, csize, pos = _step(
-                            True, 0, st >> 8, rng, low, code, cache, csize, buf, pos, nbuf)
-                        if pos < 0:
-                            return 1, 0
-                        PR[mb + node] = _adapt(st, bit, limit, recip)
+                        bit, rng, low, code = _code(True, 0, st >> 8, rng, low, code)
+                        while rng < TOP:
+                            if pos >= nbuf:
+                                return fail_status, 0
+                            if decode:
+                                code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
+                            else:
+                                if low >= 0x100000000:  # carry into the bytes written
+                                    low -= 0x100000000
+                                    k = pos - 1
+                                    while buf[k] == 0xFF:
+                                        buf[k] = 0
+                                        k -= 1
+                                    buf[k] += 1
+                                buf[pos] = low >> 24
+                                low = (low & 0xFFFFFF) << 8
+                            pos += 1
+                            rng <<= 8
+                        PR[mb + node] = _adapt(st, bit, limit, recip[st & 0xFF])
                         nxt = child[2 * node + bit]
                         if nxt < 0:
                             v = -nxt
@@ -361,11 +355,25 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
                         idx = mb + path_node[q]
                         st = np.int64(PR[idx])
                         bit = path_bit[q]
-                        bit, rng, low, code, cache, csize, pos = _step(
-                            False, bit, st >> 8, rng, low, code, cache, csize, buf, pos, nbuf)
-                        if pos < 0:
-                            return 2, 0
-                        PR[idx] = _adapt(st, bit, limit, recip)
+                        bit, rng, low, code = _code(False, bit, st >> 8, rng, low, code)
+                        while rng < TOP:
+                            if pos >= nbuf:
+                                return fail_status, 0
+                            if decode:
+                                code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
+                            else:
+                                if low >= 0x100000000:  # carry into the bytes written
+                                    low -= 0x100000000
+                                    k = pos - 1
+                                    while buf[k] == 0xFF:
+                                        buf[k] = 0
+                                        k -= 1
+                                    buf[k] += 1
+                                buf[pos] = low >> 24
+                                low = (low & 0xFFFFFF) << 8
+                            pos += 1
+                            rng <<= 8
+                        PR[idx] = _adapt(st, bit, limit, recip[st & 0xFF])
                 # ---------------- sign (only where -v exists)
                 if v <= K:
                     rt = rpos + rneg
@@ -377,11 +385,25 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
                     sp = 0 if sb == 0 or at == 0 else (sb if 2 * differ < at else 3 - sb)
                     idx = sbase + ((sa * 3 + sp) * 5 + ab) * 5 + rb
                     st = np.int64(PR[idx])
-                    neg, rng, low, code, cache, csize, pos = _step(
-                        decode, neg, st >> 8, rng, low, code, cache, csize, buf, pos, nbuf)
-                    if pos < 0:
-                        return (1, 0) if decode else (2, 0)
-                    PR[idx] = _adapt(st, neg, limit, recip)
+                    neg, rng, low, code = _code(decode, neg, st >> 8, rng, low, code)
+                    while rng < TOP:
+                        if pos >= nbuf:
+                            return fail_status, 0
+                        if decode:
+                            code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
+                        else:
+                            if low >= 0x100000000:  # carry into the bytes written
+                                low -= 0x100000000
+                                k = pos - 1
+                                while buf[k] == 0xFF:
+                                    buf[k] = 0
+                                    k -= 1
+                                buf[k] += 1
+                            buf[pos] = low >> 24
+                            low = (low & 0xFFFFFF) << 8
+                        pos += 1
+                        rng <<= 8
+                    PR[idx] = _adapt(st, neg, limit, recip[st & 0xFF])
                 else:
                     neg = 0
             else:
@@ -405,6 +427,16 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
         ro += ((((v << FP) - ce - ro) * mean_step[ron]) >> 16) * g
         sxy += lx * ((v << FP) - pb) * nz
         sxx += lx * lx * nz
+        sv = nz + neg
+        cur_m[j] = v
+        cur_s[j] = sv
+        e = a
+        a = v
+        sa = sv
+        c = b
+        b = d
+        sb = up_s[j + 1]
+        d = up_m[j + 2]
         j += 1
         if j == cols:
             # end of row: refit the left-error weight, update the column estimates
@@ -415,17 +447,24 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
                     sxy >>= 1
             if ron > 0:
                 last_off = ro
-            base = i + 1 - cols
             for k in range(cols):
-                t = abs(np.int64(sym[base + k]) - K)
+                t = cur_m[k]
                 g = 1 if t > 0 else 0
                 cnk = col_n[k]
                 cnk += g if cnk < COL_CAP else 0
                 col_n[k] = cnk
                 col_est[k] += (((((t << FP) - last_off - col_est[k]) * mean_step[cnk]) >> 16)
                                * g)
+            up_m, cur_m = cur_m, up_m
+            up_s, cur_s = cur_s, up_s
+            a = -1
+            e = -1
+            sa = 0
+            c = -1
+            b = up_m[0]
+            sb = up_s[0]
+            d = up_m[1]
             j = 0
-            r += 1
             ro = 0
             ron = 0
             row_z = -1
@@ -435,11 +474,21 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
             differ = 0
     if decode:
         return (0, 0) if code == rng >> 1 and pos == nbuf else (2, 0)
+    # flush the midpoint of the final interval: its carry, then the 4 bytes of low
     low += rng >> 1
-    for _ in range(5):
-        low, cache, csize, pos = _shift_low(low, cache, csize, buf, pos, nbuf)
-        if pos < 0:
-            return 2, 0
+    if pos + 4 > nbuf:
+        return 2, 0
+    if low >= 0x100000000:
+        low -= 0x100000000
+        k = pos - 1
+        while buf[k] == 0xFF:
+            buf[k] = 0
+            k -= 1
+        buf[k] += 1
+    for _ in range(4):
+        buf[pos] = low >> 24
+        low = (low & 0xFFFFFF) << 8
+        pos += 1
     return 0, pos
 
 

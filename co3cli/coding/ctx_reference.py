@@ -9,14 +9,30 @@ from numba import njit
 
 from co3cli.coding.ctx_kernels import (COL_CAP, FP, N0, NB, NCONF, NSCTX, NZCTX, NZP,
                                        NZPARENT, PMIN, PROB_BITS, PROB_ONE, ROW_CAP, TOP,
-                                       ZCAP, ZRUN, _shift_low)
+                                       ZCAP, ZRUN)
 
 __all__ = ["run_reference"]
 
-# ---------------------------------------------------------------------------------------
-# Reference kernel (co3cli 0.1.0).  One function runs the model in both directions, so the
-# encoder and the decoder cannot drift apart; ``decode`` only selects the coder half of
-# each decision.
+
+@njit(cache=True, nogil=True, inline="always")
+def _shift_low(low, cache, csize, buf, pos, nbuf):  # pragma: no cover - compiled
+    """Shift one byte out of the encoder's ``low``: when its top byte is settled, emit the
+    cached byte and the pending ``0xFF`` bytes with the carry. Returns the new
+    ``(low, cache, csize, pos)``; ``pos = -1`` when the output buffer is full."""
+    if low < 0xFF000000 or low >= 0x100000000:  # top byte settled
+        carry = low >> 32
+        if pos + csize > nbuf:
+            return low, cache, csize, -1
+        buf[pos] = (cache + carry) & 0xFF
+        pos += 1
+        for _ in range(csize - 1):
+            buf[pos] = (0xFF + carry) & 0xFF
+            pos += 1
+        csize = 0
+        cache = (low >> 24) & 0xFF
+    csize += 1
+    low = (low & 0x00FFFFFF) << 8
+    return low, cache, csize, pos
 
 
 @njit(cache=True, nogil=True)
