@@ -7,9 +7,12 @@ Two implementations of the same model, the same bits:
   (``_run_fast``, inlined into both with ``decode`` a compile-time constant, so each
   direction compiles without the other's branches) codes each symbol as a zero flag, then
   (nonzero only) the magnitude path and the sign.  The encoder walks each magnitude's
-  precomputed (node, bit) path; the decoder walks the tree.  The model's statistics are
-  updated without data-dependent branches (masks instead of ``if``), which removes most of
-  the branch mispredictions per symbol.
+  precomputed (node, bit) path; the decoder walks the tree.  Neighbours come from two
+  row buffers (magnitude and sign class of the row above and of this row) instead of
+  re-reading and re-centring the symbols; the inlined helpers take scalars only (an array
+  argument costs two atomic reference-count updates per call); the encoder writes its
+  bytes directly and propagates a carry backwards (the same bytes as the cached-byte
+  scheme of the reference).
 * ``co3cli.coding.ctx_reference.run_reference``: the first implementation (co3cli 0.1.0,
   one loop over the decisions with a stage switch), kept to check the fast kernels against
   it bit for bit and to time them against it (``benchmarks/bench_ctx.py``).
@@ -193,7 +196,7 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
     """``run_reference`` restructured for speed, same statuses and the same bits.
 
     Per symbol: the zero flag; only for a nonzero symbol the magnitude decisions and the
-    sign (with their contexts computed there); then the statistics, updated by masks."""
+    sign (with their contexts computed there); then the statistics."""
     n = sym.size
     nbuf = buf.size
     low = 0
@@ -411,22 +414,27 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
                 neg = 0
         if decode:
             sym[i] = K - v if neg else K + v
-        # ---------------- statistics, by masks: nz = 1 for a nonzero symbol
-        nz = 1 if v != 0 else 0
-        row_z = (min(max(row_z, 0) + 1, ZCAP)) * (1 - nz)
-        col_z[j] = (min(max(col_z[j], 0) + 1, ZCAP)) * (1 - nz)
-        lastnz += (v - lastnz) * nz
-        rneg += neg
-        rpos += nz - neg
-        g = nz if sb != 0 else 0
-        same = 1 if (sb == 2) == (neg == 1) else 0
-        agree += g * same
-        differ += g * (1 - same)
-        g = nz if cn > 0 else 0
-        ron += g if ron < ROW_CAP else 0
-        ro += ((((v << FP) - ce - ro) * mean_step[ron]) >> 16) * g
-        sxy += lx * ((v << FP) - pb) * nz
-        sxx += lx * lx * nz
+        # ---------------- statistics (the branch repeats the zero flag's: well predicted)
+        if v == 0:
+            nz = 0
+            row_z = min(max(row_z, 0) + 1, ZCAP)
+            col_z[j] = min(max(col_z[j], 0) + 1, ZCAP)
+        else:
+            nz = 1
+            row_z = 0
+            col_z[j] = 0
+            lastnz = v
+            rneg += neg
+            rpos += 1 - neg
+            if sb != 0:
+                same = 1 if (sb == 2) == (neg == 1) else 0
+                agree += same
+                differ += 1 - same
+            if cn > 0:
+                ron += 1 if ron < ROW_CAP else 0
+                ro += (((v << FP) - ce - ro) * mean_step[ron]) >> 16
+            sxy += lx * ((v << FP) - pb)
+            sxx += lx * lx
         sv = nz + neg
         cur_m[j] = v
         cur_s[j] = sv
