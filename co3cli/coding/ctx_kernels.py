@@ -326,32 +326,28 @@ def _run_fast(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, p
                 if mmax == 1:
                     v = 1
                 elif decode:
+                    # both children and their states are loaded before the bit is known,
+                    # so the next decision waits only for a select, not for two loads
                     node = 0
+                    st = np.int64(PR[mb])
                     while True:
-                        st = np.int64(PR[mb + node])
+                        c0 = child[2 * node]
+                        c1 = child[2 * node + 1]
+                        s0 = np.int64(PR[mb + max(c0, 0)])
+                        s1 = np.int64(PR[mb + max(c1, 0)])
                         bit, rng, low, code = _code(True, 0, st >> 8, rng, low, code)
                         while rng < TOP:
                             if pos >= nbuf:
                                 return fail_status, 0
-                            if decode:
-                                code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
-                            else:
-                                if low >= 0x100000000:  # carry into the bytes written
-                                    low -= 0x100000000
-                                    k = pos - 1
-                                    while buf[k] == 0xFF:
-                                        buf[k] = 0
-                                        k -= 1
-                                    buf[k] += 1
-                                buf[pos] = low >> 24
-                                low = (low & 0xFFFFFF) << 8
+                            code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
                             pos += 1
                             rng <<= 8
                         PR[mb + node] = _adapt(st, bit, limit, recip[st & 0xFF])
-                        nxt = child[2 * node + bit]
+                        nxt = c1 if bit else c0
                         if nxt < 0:
                             v = -nxt
                             break
+                        st = s1 if bit else s0
                         node = nxt
                 else:
                     for q in range(path_off[v], path_off[v + 1]):
