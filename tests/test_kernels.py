@@ -245,7 +245,8 @@ def _ctx_cases():
                 sym = (K + np.where(rng.random(mag.shape) < 0.5, -1, 1) * mag).clip(0, nsym - 1)
             else:
                 sym = np.repeat(rng.choice(nsym, max(n // 50, 1)), 50)
-            yield nsym, w, np.asarray(sym).ravel().astype(np.uint16), cols, int(rng.integers(4, 256))
+            sym = np.asarray(sym).ravel().astype(np.uint16)
+            yield nsym, w, sym, cols, int(rng.integers(4, 256))
 
 
 @pytest.mark.parametrize("case", list(_ctx_cases()),

@@ -59,6 +59,14 @@ the decoder's path, so it ends in that state only by accident (heuristically one
 in ~2**24 or less); a payload that is short, runs out or has bytes left over is always
 rejected.  (With ``nsym = 1`` there is nothing to code: every payload is 4 bytes.)
 
+**Kernels.**  ``co3cli.coding.ctx_kernels`` codes (one model function compiled once per
+direction); ``co3cli.coding.ctx_reference`` keeps the kernel of co3cli 0.1.0, which writes
+the same bytes, for tests and ``benchmarks/bench_ctx.py``.  The bitstream has not changed
+since 0.1.0 (model version 1).  Speed (``bench_ctx.py``, layers >= 10^5 entries): 14-25x
+``ans``'s CPU time to encode, 9-18x to decode; the cost is the serial chain of adaptive
+binary decisions (~4.7 per fp8-e5m2 symbol, ~1.4 per fp4-co3 symbol) and the per-symbol
+context and predictor updates.
+
 **Table serialisation** (``to_bytes``)::
 
     byte 0      model version (1)
