@@ -215,6 +215,74 @@ def test_garbage_payloads_never_crash(rng):
     assert table.decode(b"\x7f\xff\xff\xff", 0).size == 0
 
 
+def test_payload_bytes_of_0_1_0_are_frozen():
+    """Payloads written by co3cli 0.1.0 (main at 91e6900, before the fast kernels): the
+    same input still encodes to these bytes, and these bytes decode to it."""
+    import hashlib
+
+    from co3cli.coding.ans import quantize_freqs
+
+    frozen = {
+        (11, 12, 20, 1): ("6cf2df57047d759f",
+                          "dd3fdd466d53846df88a5c2c7f82aad3a492f70e2306fb43af714cfb778587fd"
+                          "be8b19ae50481739652e26058f2afaa56eb73dcdd9c27db9bd0b9d3c57ae3981"
+                          "a63647229e68490d538a87820be20d2b034cce00d71027f30bb13524c381"),
+        (247, 10, 24, 2): ("6792aa09f089c0f3",
+                           "00e4b46ce65baadee3302372e891ffd1654694dac3b9fe379459f550d1df2fbd"
+                           "c881a430db8752b2839e7078444ce589d0709b1519b4eb29f49306a8b964e0e1"
+                           "20255364c77943d0b6b75b1f6eb1319ea3cc67ab51ff64009b81a92bb0c4e587"
+                           "3f6fd6104806b9c116298af73f32e80e4adc76534e2690266521c91fc7ab4d2a"
+                           "7c0ac89fbf6c6de37e84295b4da3d5ea734f1cf3939c5a011742789b19d022c6"
+                           "b8e135ac"),
+    }
+    for (nsym, rows, cols, seed), (digest, payload) in frozen.items():
+        rng = np.random.default_rng(seed)
+        K = (nsym - 1) // 2
+        logmag = (rng.normal(0, 1, (rows, 1)) + rng.normal(0, 1, (1, cols))
+                  + rng.normal(0, 1, (rows, cols)))
+        mag = np.clip(np.round(K / 2 + 2 * logmag), 0, nsym - 1 - K).astype(np.int64)
+        mag[rng.random((rows, cols)) < 0.3] = 0
+        sign = np.where(rng.random((rows, cols)) < 0.5, -1, 1)
+        sym = np.clip(K + sign * mag, 0, nsym - 1).astype(np.uint16).ravel()
+        assert hashlib.sha256(sym.tobytes()).hexdigest()[:16] == digest
+        w = np.exp(-np.abs((np.arange(nsym) - K) / max(K / 4, 0.5)) ** 0.7)
+        table = CtxTable(quantize_freqs(w, 16), 16, 60)
+        blob = bytes.fromhex(payload)
+        np.testing.assert_array_equal(table.decode(blob, sym.size, cols=cols), sym)
+        assert table.encode(sym, cols=cols) == blob
+
+
+def test_damaged_payloads_bounded_work(rng):
+    """Garbage for a large count: refused (or decoded to n symbols) in O(n), with the
+    output buffer the only allocation of size n; never a hang."""
+    table = get_coder("ctx").table_from_weights(gennorm_weights(247))
+    n = 200_000
+    for size in (4, 5, 16, 300):
+        junk = rng.integers(0, 256, size).astype(np.uint8).tobytes()
+        with pytest.raises(CorruptDataError):
+            table.decode(junk, n, cols=500)
+
+
+@pytest.mark.skipif(not SAMPLE.exists(), reason="sample dump not bundled")
+@pytest.mark.parametrize("fmt", ["fp8-e5m2", "fp4-co3"])
+def test_real_gradients_round_trip_and_exact_consumption(fmt):
+    from co3cli.dump import Dump
+    from co3cli.formats import get_grid
+    from co3cli.tables import scale_and_quantize
+
+    with Dump.open(SAMPLE) as dump:
+        data = dump.read_layer("fc2.weight")[:3]
+        cols = dump.shape("fc2.weight")[1]
+    _, sym, counts = scale_and_quantize(data, get_grid(fmt), None)
+    table = get_coder("ctx").table_from_weights(counts + 0.5)
+    for row in sym:
+        blob = round_trip(table, row, cols)
+        assert blob == table._encode(row, cols, reference=True)
+        for bad in (blob[:-1], blob + b"\x00"):
+            with pytest.raises(CorruptDataError):
+                table.decode(bad, row.size, cols=cols)
+
+
 # ---------------------------------------------------------------------------------------
 # Tables and parameters
 

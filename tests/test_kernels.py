@@ -335,3 +335,73 @@ def test_four_lane_decoder_statuses_match_on_damaged_payloads():
             if st_ref == 0:
                 assert out_new.tolist() == out_ref.tolist()
     assert statuses >= {1, 2}
+
+
+# ctx: the fast encode/decode kernels against the 0.1.0 reference kernel
+
+
+def _ctx_cases():
+    rng = np.random.default_rng(2024)
+    for nsym in (1, 2, 3, 4, 11, 16, 247, 255, 4095):
+        K = (nsym - 1) // 2
+        x = np.arange(nsym) - K
+        w = np.exp(-np.abs(x / max(K / 6, 0.5)) ** 0.7)
+        for kind in ("prior", "uniform", "structured", "runs"):
+            n = int(rng.integers(0, 3000))
+            cols = int(rng.integers(1, 80))
+            if kind == "prior":
+                sym = rng.choice(nsym, n, p=w / w.sum())
+            elif kind == "uniform":
+                sym = rng.integers(0, nsym, n)
+            elif kind == "structured":
+                rows = max(n // cols, 1)
+                mag = (rng.normal(0, 1, (rows, 1)) + rng.normal(0, 1, (1, cols)) * 2
+                       + K / 3).clip(0, nsym - 1 - K).round().astype(np.int64)
+                mag[rng.random(mag.shape) < 0.4] = 0
+                sym = (K + np.where(rng.random(mag.shape) < 0.5, -1, 1) * mag).clip(0, nsym - 1)
+            else:
+                sym = np.repeat(rng.choice(nsym, max(n // 50, 1)), 50)
+            sym = np.asarray(sym).ravel().astype(np.uint16)
+            yield nsym, w, sym, cols, int(rng.integers(4, 256))
+
+
+@pytest.mark.parametrize("case", list(_ctx_cases()),
+                         ids=lambda c: f"nsym{c[0]}-n{c[2].size}-cols{c[3]}")
+def test_ctx_fast_kernels_match_reference(case):
+    from co3cli.coding.ans import quantize_freqs
+    from co3cli.coding.ctx import CtxTable
+
+    nsym, w, sym, cols, limit = case
+    table = CtxTable(quantize_freqs(w, 14), 14, limit)
+    blob = table.encode(sym, cols)
+    assert blob == table._encode(sym, cols, reference=True)
+    np.testing.assert_array_equal(table.decode(blob, sym.size, cols), sym)
+    np.testing.assert_array_equal(table._decode(blob, sym.size, cols, reference=True), sym)
+
+
+def test_ctx_fast_decoder_fails_like_the_reference():
+    """Same outcome (the same symbols, or an error) on damaged payloads."""
+    from co3cli.coding.ctx import CtxTable
+    from co3cli.coding.ans import quantize_freqs
+    from co3cli.errors import CorruptDataError
+
+    rng = np.random.default_rng(7)
+    table = CtxTable(quantize_freqs(np.exp(-np.abs(np.arange(247) - 123) / 15.0), 16), 16)
+    sym = rng.choice(247, 4000, p=table.pmf()).astype(np.uint16)
+    blob = table.encode(sym, 50)
+    for trial in range(400):
+        bad = bytearray(blob)
+        if trial % 4 == 0:
+            bad = bad[:int(rng.integers(len(bad)))]
+        else:
+            bad[rng.integers(len(bad))] ^= int(rng.integers(1, 256))
+        outs = []
+        for ref in (False, True):
+            try:
+                outs.append(table._decode(bytes(bad), sym.size, 50, reference=ref))
+            except CorruptDataError as err:
+                outs.append(str(err))
+        if isinstance(outs[0], str):
+            assert outs[0] == outs[1]
+        else:
+            np.testing.assert_array_equal(outs[0], outs[1])

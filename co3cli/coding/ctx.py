@@ -59,6 +59,14 @@ the decoder's path, so it ends in that state only by accident (heuristically one
 in ~2**24 or less); a payload that is short, runs out or has bytes left over is always
 rejected.  (With ``nsym = 1`` there is nothing to code: every payload is 4 bytes.)
 
+**Kernels.**  ``co3cli.coding.ctx_kernels`` codes (one model function compiled once per
+direction); ``co3cli.coding.ctx_reference`` keeps the kernel of co3cli 0.1.0, which writes
+the same bytes, for tests and ``benchmarks/bench_ctx.py``.  The bitstream has not changed
+since 0.1.0 (model version 1).  Speed (``bench_ctx.py``, layers >= 10^5 entries): 14-25x
+``ans``'s CPU time to encode, 9-18x to decode; the cost is the serial chain of adaptive
+binary decisions (~4.7 per fp8-e5m2 symbol, ~1.4 per fp4-co3 symbol) and the per-symbol
+context and predictor updates.
+
 **Table serialisation** (``to_bytes``)::
 
     byte 0      model version (1)
@@ -82,8 +90,8 @@ Example::
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from co3cli.coding import ctx_kernels as kern
 from co3cli.coding.ans import check_freqs, check_precision, parse_freqs, quantize_freqs
 from co3cli.checks import check_int
 from co3cli.coding.huffman import MAX_NSYM, as_symbols, check_count
@@ -98,115 +106,12 @@ MODEL_VERSION = 1
 
 LIMIT_RANGE = range(4, 256)
 
-PROB_BITS = 16
-PROB_ONE = 1 << PROB_BITS
-PMIN = 32
-"""Probabilities of a 1 stay in ``[PMIN, 2**16 - PMIN]``: at most 11 bits per decision."""
-N0 = 2
-"""Initial count (weight of the prior) of every adaptive probability."""
-TOP = 1 << 24
-"""The range coder renormalises while its range is below this."""
-
-FP = 4
-"""Fixed-point bits of the magnitude predictor (16 units per magnitude index)."""
-NB = 32
-"""Buckets of the predicted magnitude in the magnitude contexts."""
-NCONF = 3
-"""Confidence levels of the prediction."""
-NZP = 4
-"""Buckets of the predicted magnitude in the zero-flag contexts."""
-ZCAP = 4
-ZRUN = np.array([0, 1, 2, 3, 3, 4], dtype=np.int64)
-"""Zero-run class, indexed by run + 1 (run -1: no neighbour): absent, 0, 1, 2-3, 4+."""
-NZPARENT = 25
-NZCTX = 25 * 8 * NZP
-NSCTX = 3 * 3 * 5 * 5
-ROW_CAP = 16
-"""The row offset is the mean of at most this many of the row's last residuals."""
-COL_CAP = 32
-"""A column estimate is the mean over at most this many rows."""
-
 
 def check_limit(limit) -> int:
     return check_int("limit", limit, LIMIT_RANGE.start, LIMIT_RANGE.stop - 1)
 
 
-# ---------------------------------------------------------------------------------------
-# Prior -> initial model (integers only)
-
-
-@njit(cache=True, nogil=True)
-def _build_tree(w):  # pragma: no cover - compiled
-    """Weight-balanced, order-preserving binary tree over magnitudes ``1..w.size``
-    (``w[k - 1] >= 1`` weighs magnitude k): each range is split where the two halves'
-    weights are closest (first such split).  Returns ``child`` (2 per node, flat; >= 0 a
-    node, < 0 the leaf ``-k``), ``p1`` (16-bit prior probability of the right branch per
-    node) and the leaf paths from the root: bits ``path_bit[path_off[k]:path_off[k+1]]``."""
-    m = w.size
-    nint = max(m - 1, 1)
-    child = np.zeros(2 * nint, dtype=np.int64)
-    p1 = np.full(nint, PROB_ONE // 2, dtype=np.int64)
-    path_off = np.zeros(m + 2, dtype=np.int64)
-    if m <= 1:
-        return child, p1, path_off, np.zeros(0, dtype=np.int64)
-    cum = np.zeros(m + 1, dtype=np.int64)
-    for k in range(m):
-        cum[k + 1] = cum[k] + w[k]
-    leaf_link = np.full(m + 1, -1, dtype=np.int64)   # leaf k -> 2 * parent + branch
-    node_link = np.full(nint, -1, dtype=np.int64)    # node -> 2 * parent + branch
-    stack = np.empty((m, 3), dtype=np.int64)         # (lo, hi, node), 0-based leaves
-    stack[0, 0] = 0
-    stack[0, 1] = m - 1
-    stack[0, 2] = 0
-    sp = 1
-    nxt = 1
-    while sp > 0:
-        sp -= 1
-        lo = stack[sp, 0]
-        hi = stack[sp, 1]
-        node = stack[sp, 2]
-        total = cum[hi + 1] - cum[lo]
-        best = lo
-        bestd = total + 1
-        for s in range(lo, hi):
-            dlt = abs(2 * (cum[s + 1] - cum[lo]) - total)
-            if dlt < bestd:
-                bestd = dlt
-                best = s
-            elif dlt > bestd:
-                break  # |left - right| only grows from here
-        wr = cum[hi + 1] - cum[best + 1]
-        p1[node] = min(max((2 * wr * PROB_ONE + total) // (2 * total), PMIN), PROB_ONE - PMIN)
-        for side in range(2):
-            a = lo if side == 0 else best + 1
-            b = best if side == 0 else hi
-            if a == b:
-                child[2 * node + side] = -(a + 1)
-                leaf_link[a + 1] = 2 * node + side
-            else:
-                child[2 * node + side] = nxt
-                node_link[nxt] = 2 * node + side
-                stack[sp, 0] = a
-                stack[sp, 1] = b
-                stack[sp, 2] = nxt
-                sp += 1
-                nxt += 1
-    for k in range(1, m + 1):
-        depth = 0
-        link = leaf_link[k]
-        while link >= 0:
-            depth += 1
-            link = node_link[link >> 1]
-        path_off[k + 1] = path_off[k] + depth
-    path_bit = np.empty(path_off[m + 1], dtype=np.int64)
-    for k in range(1, m + 1):
-        q = path_off[k + 1]
-        link = leaf_link[k]
-        while link >= 0:
-            q -= 1
-            path_bit[q] = link & 1
-            link = node_link[link >> 1]
-    return child, p1, path_off, path_bit
+PROB_ONE, PMIN = kern.PROB_ONE, kern.PMIN
 
 
 def _prob(num: int, den: int) -> int:
@@ -214,304 +119,6 @@ def _prob(num: int, den: int) -> int:
     if den <= 0:
         return PROB_ONE // 2
     return min(max((2 * num * PROB_ONE + den) // (2 * den), PMIN), PROB_ONE - PMIN)
-
-
-_RECIP = np.array([(2 * PROB_ONE) // (2 * k + 3) for k in range(256)], dtype=np.int64)
-"""Adaptation step ``2**16 / (count + 1.5)`` per count."""
-
-
-# ---------------------------------------------------------------------------------------
-# Kernel (numba).  One function runs the model in both directions, so the encoder and the
-# decoder cannot drift apart; ``decode`` only selects the coder half of each decision.
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _shift_low(low, cache, csize, buf, pos, nbuf):  # pragma: no cover - compiled
-    """Shift one byte out of the encoder's ``low``: when its top byte is settled, emit the
-    cached byte and the pending ``0xFF`` bytes with the carry. Returns the new
-    ``(low, cache, csize, pos)``; ``pos = -1`` when the output buffer is full."""
-    if low < 0xFF000000 or low >= 0x100000000:  # top byte settled
-        carry = low >> 32
-        if pos + csize > nbuf:
-            return low, cache, csize, -1
-        buf[pos] = (cache + carry) & 0xFF
-        pos += 1
-        for _ in range(csize - 1):
-            buf[pos] = (0xFF + carry) & 0xFF
-            pos += 1
-        csize = 0
-        cache = (low >> 24) & 0xFF
-    csize += 1
-    low = (low & 0x00FFFFFF) << 8
-    return low, cache, csize, pos
-
-
-@njit(cache=True, nogil=True)
-def _run(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
-         limit, recip):  # pragma: no cover - compiled
-    """Encode ``sym`` into ``buf`` or decode all of ``buf`` into ``sym``.
-
-    Returns ``(status, value)``.  Encode: (0, bytes written), (1, index of a symbol
-    >= nsym) or (2, 0) ``buf`` too small.  Decode: (0, 0), (1, 0) ran out of bytes, (2, 0)
-    did not end in the encoder's final state with every byte read, (3, 0) too short or
-    starts out of range.
-    """
-    n = sym.size
-    nbuf = buf.size
-    # ---- binary range coder
-    low = 0
-    rng = 0xFFFFFFFF
-    cache = 0
-    csize = 1
-    pos = 0
-    code = 0
-    if decode:
-        if nbuf < 4:
-            return 3, 0
-        for k in range(4):
-            code = (code << 8) | np.int64(buf[k])
-        pos = 4
-        if code >= rng:
-            return 3, 0
-    else:
-        for i in range(n):
-            if sym[i] > K + mmax:
-                return 1, i
-    # ---- adaptive probabilities in one flat array, (p << 8) | count per slot;
-    # 0 marks a zero-flag context not yet used
-    nint = child.size // 2
-    sbase = NZCTX
-    mbase = NZCTX + NSCTX
-    nmctx = NB * NCONF
-    PR = np.zeros(mbase + nmctx * nint, dtype=np.int32)
-    PR[sbase:mbase] = (ps0 << 8) | N0
-    zparent = np.full(NZPARENT, (pz0 << 8) | N0, dtype=np.int64)
-    minit = np.zeros(nmctx, dtype=np.bool_)
-    # ---- column and row statistics
-    col_est = np.zeros(cols, dtype=np.int64)   # column log-magnitude estimate (x16)
-    col_n = np.zeros(cols, dtype=np.int64)     # rows in it (0: none yet), capped
-    col_z = np.full(cols, -1, dtype=np.int64)  # zeros above (-1: first row), capped
-    mean_step = np.zeros(max(ROW_CAP, COL_CAP) + 1, dtype=np.int64)
-    for k in range(1, mean_step.size):
-        mean_step[k] = PROB_ONE // k
-    pscale = (mmax + 1) << FP
-    bmul = (NB << 32) // pscale   # (P * bmul) >> 32 < NB for 0 <= P < pscale
-    zmul = (NZP << 32) // pscale
-    j = 0
-    r = 0
-    ro = 0          # this row's offset against the column estimates (x16)
-    ron = 0
-    last_off = 0
-    row_z = -1      # zeros to the left (-1: start of row), capped
-    rpos = 0
-    rneg = 0
-    agree = 0       # sign agreement with the row above, this row
-    differ = 0
-    lastnz = 0
-    prev_pb = 0     # base prediction at the left neighbour
-    wl = 0          # weight (x256) of the left neighbour's prediction error
-    sxy = 0
-    sxx = 0
-    for i in range(n):
-        # ---------------- already-coded neighbours: magnitude (-1 = absent), sign class
-        a = -1
-        e = -1
-        b = -1
-        c = -1
-        d = -1
-        sa = 0
-        sb = 0
-        if j > 0:
-            t = np.int64(sym[i - 1]) - K
-            a = abs(t)
-            sa = (t > 0) + 2 * (t < 0)
-            if j > 1:
-                e = abs(np.int64(sym[i - 2]) - K)
-        if r > 0:
-            t = np.int64(sym[i - cols]) - K
-            b = abs(t)
-            sb = (t > 0) + 2 * (t < 0)
-            if j > 0:
-                c = abs(np.int64(sym[i - cols - 1]) - K)
-            if j + 1 < cols:
-                d = abs(np.int64(sym[i - cols + 1]) - K)
-        # ---------------- predicted magnitude P (x16) and its confidence
-        if col_n[j] > 0:
-            if ron > 0:
-                pb = col_est[j] + ro
-                conf = 2
-            else:
-                pb = col_est[j] + last_off
-                conf = 1
-        else:
-            pb = (a if a > 0 else (b if b > 0 else lastnz)) << FP
-            conf = 0
-        pb = min(max(pb, 0), mmax << FP)
-        P = pb
-        lx = 0
-        if a > 0:
-            lx = (a << FP) - prev_pb
-            P = min(max(pb + ((wl * lx) >> 8), 0), mmax << FP)
-        prev_pb = pb
-        # ---------------- contexts
-        zp = ZRUN[row_z + 1] * 5 + ZRUN[col_z[j] + 1]
-        zc = ((zp * 8 + (c == 0) + 2 * (d == 0) + 4 * (e == 0)) * NZP + ((P * zmul) >> 32))
-        mc = ((P * bmul) >> 32) * NCONF + conf
-        rt = rpos + rneg
-        rb = 0 if rt == 0 else (1 if 4 * rneg < rt else (2 if 4 * rneg > 3 * rt else
-                                                        (3 if 2 * rneg < rt else 4)))
-        at = agree + differ
-        ab = 0 if at == 0 else (1 if 4 * differ < at else (2 if 4 * differ > 3 * at else
-                                                         (3 if 2 * differ < at else 4)))
-        sp = 0 if sb == 0 or at == 0 else (sb if 2 * differ < at else 3 - sb)
-        scx = ((sa * 3 + sp) * 5 + ab) * 5 + rb
-        # ---------------- binary decisions: zero flag, magnitude tree, sign
-        v = 0
-        neg = 0
-        if not decode:
-            t = np.int64(sym[i]) - K
-            v = abs(t)
-            neg = 1 if t < 0 else 0
-        stage = 0 if mmax > 0 else 3   # 0 zero flag, 1 magnitude tree, 2 sign, 3 done
-        node = 0
-        q = path_off[v]
-        while stage < 3:
-            if stage == 0:
-                idx = zc
-                bit = 1 if v == 0 else 0
-                st = np.int64(PR[idx])
-                if st == 0:  # first use: start from the parent context
-                    st = (zparent[zp] & ~0xFF) | N0
-            else:
-                if stage == 1:
-                    idx = mbase + mc * nint + node
-                    bit = path_bit[q]
-                    q += 1
-                else:
-                    idx = sbase + scx
-                    bit = neg
-                st = np.int64(PR[idx])
-            p = st >> 8
-            bound = (rng >> 16) * p
-            if decode:
-                bit = 1 if code < bound else 0
-                keep = bit - 1   # 0 for a 1, all ones for a 0
-                code -= bound & keep
-                rng = bound + ((rng - 2 * bound) & keep)
-                while rng < TOP:
-                    if pos >= nbuf:
-                        return 1, 0
-                    code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
-                    pos += 1
-                    rng <<= 8
-            else:
-                keep = bit - 1   # 0 for a 1, all ones for a 0
-                low += bound & keep
-                rng = bound + ((rng - 2 * bound) & keep)
-                while rng < TOP:
-                    rng <<= 8
-                    low, cache, csize, pos = _shift_low(low, cache, csize, buf, pos, nbuf)
-                    if pos < 0:
-                        return 2, 0
-            # adapt towards the coded bit by 1 / (count + 1.5)
-            cnt = st & 0xFF
-            p += (((bit << PROB_BITS) - p) * recip[cnt]) >> 16
-            p = min(max(p, PMIN), PROB_ONE - PMIN)
-            if cnt < limit:
-                cnt += 1
-            PR[idx] = (p << 8) | cnt
-            # next decision
-            if stage == 0:
-                st = zparent[zp]   # the parent learns from every zero flag
-                p = st >> 8
-                cnt = st & 0xFF
-                p += (((bit << PROB_BITS) - p) * recip[cnt]) >> 16
-                p = min(max(p, PMIN), PROB_ONE - PMIN)
-                if cnt < limit:
-                    cnt += 1
-                zparent[zp] = (p << 8) | cnt
-                if bit:
-                    stage = 3
-                else:
-                    if not minit[mc]:   # first use of a magnitude context: the prior
-                        minit[mc] = True
-                        for k in range(nint):
-                            PR[mbase + mc * nint + k] = (tp1[k] << 8) | N0
-                    if mmax == 1:
-                        v = 1
-                        stage = 2 if v <= K else 3
-                    else:
-                        stage = 1
-            elif stage == 1:
-                nxt = child[2 * node + bit]
-                if nxt < 0:
-                    v = -nxt
-                    stage = 2 if v <= K else 3   # no negative twin: the sign is +
-                else:
-                    node = nxt
-            else:
-                neg = bit
-                stage = 3
-        if decode:
-            sym[i] = K - v if neg else K + v
-        # ---------------- statistics
-        if v == 0:
-            row_z = min(max(row_z, 0) + 1, ZCAP)
-            col_z[j] = min(max(col_z[j], 0) + 1, ZCAP)
-        else:
-            row_z = 0
-            col_z[j] = 0
-            lastnz = v
-            rneg += neg
-            rpos += 1 - neg
-            if sb != 0:
-                if (sb == 2) == (neg == 1):
-                    agree += 1
-                else:
-                    differ += 1
-            if col_n[j] > 0:
-                if ron < ROW_CAP:
-                    ron += 1
-                ro += (((v << FP) - col_est[j] - ro) * mean_step[ron]) >> 16
-            if a > 0:
-                sxy += lx * ((v << FP) - pb)
-                sxx += lx * lx
-        j += 1
-        if j == cols:
-            # end of row: refit the left-error weight, update the column estimates
-            if sxx > 0:
-                wl = min(max((sxy << 8) // sxx, 0), 256)
-                while sxx >= 1 << 44:  # halve both sums (same ratio) long before overflow
-                    sxx >>= 1
-                    sxy >>= 1
-            if ron > 0:
-                last_off = ro
-            base = i + 1 - cols
-            for k in range(cols):
-                t = abs(np.int64(sym[base + k]) - K)
-                if t > 0:
-                    if col_n[k] < COL_CAP:
-                        col_n[k] += 1
-                    col_est[k] += (((t << FP) - last_off - col_est[k]) * mean_step[col_n[k]]) >> 16
-            j = 0
-            r += 1
-            ro = 0
-            ron = 0
-            row_z = -1
-            rpos = 0
-            rneg = 0
-            agree = 0
-            differ = 0
-    if decode:
-        return (0, 0) if code == rng >> 1 and pos == nbuf else (2, 0)
-    # flush the midpoint of the final interval: five shifts emit the pending bytes and
-    # the four bytes of low + rng / 2
-    low += rng >> 1
-    for _ in range(5):
-        low, cache, csize, pos = _shift_low(low, cache, csize, buf, pos, nbuf)
-        if pos < 0:
-            return 2, 0
-    return 0, pos
 
 
 # ---------------------------------------------------------------------------------------
@@ -536,7 +143,8 @@ class CtxTable:
         # magnitude weights (both signs), + 1 so that the tree splits every range sensibly
         w = f[K + 1:].copy()
         w[:K] += f[:K][::-1]
-        self._child, self._tp1, self._path_off, self._path_bit = _build_tree(w + 1)
+        self._child, self._tp1, self._path_off, self._path_bit = kern.build_tree(w + 1)
+        self._path_node = kern.path_nodes(self._child, self._path_off, self._path_bit)
         self._pz0 = _prob(int(f[K]), 1 << precision)
         nneg = int(f[:K].sum())
         self._ps0 = _prob(nneg, nneg + int(f[K + 1:2 * K + 1].sum()))
@@ -575,20 +183,30 @@ class CtxTable:
             return max(n, 1)
         return min(check_int("cols", cols, 1), max(n, 1))
 
-    def _kernel(self, decode, sym, buf, cols):
-        return _run(decode, sym, buf, cols, self._K, self._mmax, self._pz0, self._ps0,
-                    self._child, self._tp1, self._path_off, self._path_bit, self._limit,
-                    _RECIP)
+    def _kernel(self, decode, sym, buf, cols, reference=False):
+        """Run the coder (``reference=True``: the 0.1.0 kernel, same bits, for checks and
+        benchmarks)."""
+        model = (cols, self._K, self._mmax, self._pz0, self._ps0, self._child, self._tp1,
+                 self._path_off, self._path_bit)
+        if reference:
+            from co3cli.coding.ctx_reference import run_reference
+
+            return run_reference(decode, sym, buf, *model, self._limit, kern.RECIP)
+        run = kern.decode_kernel if decode else kern.encode_kernel
+        return run(sym, buf, *model, self._path_node, self._limit, kern.RECIP)
 
     def encode(self, sym, cols=None) -> bytes:
         """Encode one tensor's uint16 symbols (C order); ``cols`` is the row length of its
         2-D view (None: 1-D).  ``sym`` is never modified."""
+        return self._encode(sym, cols)
+
+    def _encode(self, sym, cols, reference=False) -> bytes:
         sym = as_symbols(sym)
         cols = self._row_length(cols, sym.size)
         cap = sym.size + 64
         while True:
             buf = np.empty(cap, dtype=np.uint8)
-            status, value = self._kernel(False, sym, buf, cols)
+            status, value = self._kernel(False, sym, buf, cols, reference)
             if status != 2:
                 break
             cap *= 4  # rare: more than 8 bits per symbol
@@ -600,11 +218,14 @@ class CtxTable:
     def decode(self, payload: bytes, n: int, cols=None) -> np.ndarray:
         """Decode exactly ``n`` symbols with the same ``cols`` as the encoder, consuming
         exactly all of ``payload``; anything else raises :class:`CorruptDataError`."""
+        return self._decode(payload, n, cols)
+
+    def _decode(self, payload, n, cols, reference=False) -> np.ndarray:
         n = check_count(n)
         cols = self._row_length(cols, n)
         data = np.frombuffer(bytes(payload), dtype=np.uint8).copy()
         out = np.zeros(n, dtype=np.uint16)
-        status, _ = self._kernel(True, out, data, cols)
+        status, _ = self._kernel(True, out, data, cols, reference)
         if status:
             why = {1: "ran out of bytes",
                    2: "did not end in the encoder's final state with every byte read",
