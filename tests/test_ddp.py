@@ -264,7 +264,19 @@ def _scenario_job_mismatch(rank: int, world: int, out: Path) -> dict[str, Any]:
     return messages
 
 
+def _scenario_deferred(rank: int, world: int, out: Path, state: CO3State) -> dict[str, Any]:
+    """A state loaded before the process group existed: the hook's first call checks it."""
+    ddp = _ddp(_model())
+    ddp.register_comm_hook(state, co3_hook)
+    try:
+        _step(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), rank, 0)
+    except CO3StateMismatchError as e:
+        return {"error": str(e)}
+    return {"error": None}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "deferred": _scenario_deferred,
     "job_a": _scenario_job_a, "job_b": _scenario_job_b, "job_mismatch": _scenario_job_mismatch,
     "ctx": _scenario_ctx, "poly": _scenario_poly,
     "train": _scenario_train, "ckpt_a": _scenario_ckpt_a, "ckpt_b": _scenario_ckpt_b,
@@ -424,6 +436,11 @@ def test_one_checkpoint_for_the_job_resumes_bit_identically(tmp_path):
         state._check_placement(1, 2)
     with pytest.raises(InputError, match="after init_process_group"):
         _job_state().load_state_dict(torch.load(tmp_path / "job.pt", weights_only=True)["co3"])
+    sd = torch.load(tmp_path / "job.pt", weights_only=True)["co3_rank0"]
+    state = _job_state()
+    state.load_state_dict({**sd, "world_size": 4})  # no process group here: checked later
+    for r in _launch(tmp_path, "deferred", state=state):
+        assert r["error"] == "co3 DDP state saved with world size 4, loaded with 2"
 
 
 def test_a_version_1_state_dict_still_loads():

@@ -149,6 +149,8 @@ def test_training_matches_the_uncompressed_run(tmp_path):
 def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path):
     whole = launch(tmp_path, _run_co3, epochs=3)
     launch(tmp_path, _run_resume, first=2, total=3)
+    job = torch.load(tmp_path / "job.ckpt", weights_only=True)["co3"]  # the one file
+    assert job["world_size"] == 2 and [sd["rank"] for sd in job["ranks"]] == [0, 1]
     resumed = launch(tmp_path, _run_resume, first=0, total=3)
     for rank in range(2):
         assert np.array_equal(whole[rank]["params"], resumed[rank]["params"]), f"rank {rank}"
