@@ -56,10 +56,21 @@ If a key shows up with a different number of entries, its memory and tables are 
 next payload carries a fresh table) and ``stats()["resets"]`` counts it. Per-parameter tables
 also fit each layer's own distribution. All ranks see the same layout, so they agree.
 
-Checkpoints. ``state_dict()`` is a picklable dict (memories as CPU tensors, tables as bytes,
-counters, statistics); ``load_state_dict`` restores it; pickling a ``CO3State`` drops the process
-group (``process_group`` is ``None`` after unpickling: the default group). Each rank has its own
-memory, so each rank saves and restores its own state.
+Checkpoints. ``state_dict()`` is a picklable dict of *this rank's* state (memories as CPU
+tensors, tables as bytes, counters, statistics, the rank and world size it was taken on);
+pickling drops the process group (``None`` after unpickling: the default group). Frameworks
+write one file from rank 0 and load it on every rank, so ``job_state_dict()`` (a collective)
+gathers every rank's state into one dict; ``load_state_dict`` of it takes this rank's part
+(``co3cli.integrations`` wires it into Lightning's and Accelerate's checkpoints; README). A
+state loaded where it does not belong raises :class:`CO3StateMismatchError`, one line naming
+what differs ("co3 DDP state of rank 0 loaded on rank 1", "... saved with world size 4, loaded
+with 2", format, coder, model), at load time, or at the hook's first call for a state loaded
+before the process group existed.
+
+Guard. A hook asked for but never registered trains silently uncompressed (Lightning's
+``ddp_comm_hook`` off CUDA, Accelerate's ``DistributedDataParallelKwargs(comm_hook=...)``):
+``state.guard(optimizer, after=1)`` raises :class:`CO3HookNotRunError` if the hook finished no
+step in this process by then (``state.check_ran(steps)`` is the check itself).
 
 Non-finite gradients. If any rank's bucket holds NaN/Inf (an fp16 ``GradScaler`` overflow
 step, a diverging run), all ranks learn it from a one-integer all-reduce (done every bucket)
@@ -84,12 +95,22 @@ import torch.distributed as dist
 from co3cli.checks import check_int, check_real
 from co3cli.coding import CODERS, row_length
 from co3cli.compressors import CO3, ErrorFeedback, get_compressor
-from co3cli.errors import CorruptDataError, InputError
+from co3cli.errors import Co3Error, CorruptDataError, InputError
 from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
 
 EXCHANGES = ("tensor", "object")
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: records the rank and world size it was taken on (1 still loads)
+JOB_KIND = "co3-ddp-job"  # job_state_dict(): every rank's state in one dict
 LENGTH_BYTES = 8  # the int64 payload length each rank all-gathers per bucket
+
+
+class CO3StateMismatchError(InputError):
+    """A co3 DDP state loaded where it does not belong: another rank, world size, format,
+    coder or model (the message names which)."""
+
+
+class CO3HookNotRunError(Co3Error, RuntimeError):
+    """The co3 hook was asked for but never ran: the model trains uncompressed."""
 
 
 @dataclass
@@ -149,6 +170,8 @@ class CO3State:
         self._keys: dict[int, tuple[int, weakref.ref]] = {}  # id(parameter) -> (key, ref)
         self._step = _StepTotals()
         self._stats: dict[str, Any] = _empty_stats()
+        self._steps_here = 0  # steps the hook finished in this process (not checkpointed)
+        self._placement: tuple[int, int] | None = None  # (rank, world) of a state not yet checked
 
     @property
     def gamma(self) -> float:
@@ -184,6 +207,7 @@ class CO3State:
     def _finish_step(self) -> None:
         s, t = self._stats, self._step
         s["steps"] += 1
+        self._steps_here += 1
         s["bytes_last_step"] = t.payload_bytes  # payloads + lengths, this rank
         s["padded_bytes_last_step"] = t.padded_bytes
         s["bytes_total"] += t.payload_bytes
@@ -213,7 +237,9 @@ class CO3State:
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """A picklable snapshot: config, per-parameter memories (CPU tensors), tables (bytes)."""
+        """A picklable snapshot of this rank: config, per-parameter memories (CPU tensors),
+        tables (bytes), and the rank and world size it was taken on (``None`` without a
+        process group)."""
         params = {}
         for key, ps in sorted(self._params.items()):
             sender = {k: ps.sender[k] for k in ("scale_fit", "rms_fit", "calls") if k in ps.sender}
@@ -225,22 +251,43 @@ class CO3State:
             memory = np.zeros(ps.numel, np.float32) if memory is None else memory.copy()
             params[key] = {"numel": ps.numel, "memory": torch.from_numpy(memory),
                            "sender": sender, "receivers": receivers}
+        rank, world = _where(self.process_group)
         return {"version": STATE_VERSION, "config": dict(self.config), "gamma": self.gamma,
-                "exchange": self.exchange, "params": params, "stats": dict(self._stats)}
+                "exchange": self.exchange, "rank": rank, "world_size": world,
+                "params": params, "stats": dict(self._stats)}
+
+    def job_state_dict(self) -> dict[str, Any]:
+        """Every rank's :meth:`state_dict` in one dict, for the one checkpoint file of a job.
+        A collective (``all_gather_object``): every rank of the group must call it; each gets
+        the whole dict (the frameworks write it from rank 0)."""
+        if not dist.is_initialized():
+            raise InputError("CO3State.job_state_dict: needs the process group "
+                             "(call it after init_process_group, on every rank)")
+        world = dist.get_world_size(self.process_group)
+        ranks: list[Any] = [None] * world
+        dist.all_gather_object(ranks, self.state_dict(), group=self.process_group)
+        return {"kind": JOB_KIND, "version": STATE_VERSION, "world_size": world,
+                "config": dict(self.config), "ranks": ranks}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` (same format, coder and model; gamma is taken from it).
-        Parameters are matched by key on first use; a size mismatch resets that parameter."""
-        if not isinstance(sd, dict) or sd.get("version") != STATE_VERSION:
+        """Restore a :meth:`state_dict` of this rank, or this rank's part of a
+        :meth:`job_state_dict` (same world size, format, coder and model; gamma is taken from
+        it). Parameters are matched by key on first use; a size mismatch resets that parameter.
+        A state that belongs elsewhere raises :class:`CO3StateMismatchError`."""
+        if isinstance(sd, dict) and sd.get("kind") == JOB_KIND:
+            sd = self._own_part(sd)
+        if not isinstance(sd, dict) or sd.get("version") not in (1, STATE_VERSION):
             raise InputError(f"CO3State: not a version-{STATE_VERSION} CO3State state dict")
-        for k in ("format", "coder", "model"):
-            if sd["config"].get(k) != self.config[k]:
-                raise InputError(f"CO3State: checkpoint has {k}={sd['config'].get(k)!r}, "
-                                 f"this state has {self.config[k]!r}")
+        self._check_config(sd["config"])
         try:
             gamma = check_real("gamma", sd["gamma"], 0.0, 1.0)
         except InputError as e:
             raise CorruptDataError(f"CO3State: checkpoint {e}") from None
+        placement = (sd.get("rank"), sd.get("world_size"))
+        if None not in placement:
+            self._placement = placement
+            if dist.is_initialized():
+                self._check_placement(*_where(self.process_group))
         comp = self.compressor
         nsym = comp.grid.nsym
         params: dict[int, _ParamState] = {}
@@ -263,6 +310,62 @@ class CO3State:
         self._stats = {**_empty_stats(), **sd.get("stats", {})}
         self._step = _StepTotals()
 
+    def _check_config(self, config: dict[str, Any]) -> None:
+        for k in ("format", "coder", "model"):
+            if config.get(k) != self.config[k]:
+                raise CO3StateMismatchError(f"co3 DDP state saved with {k}={config.get(k)!r}, "
+                                            f"loaded with {k}={self.config[k]!r}")
+
+    def _own_part(self, job: dict[str, Any]) -> dict[str, Any]:
+        """This rank's state out of a :meth:`job_state_dict` (checked against the group)."""
+        if job.get("version") != STATE_VERSION or not isinstance(job.get("ranks"), list):
+            raise InputError(f"CO3State: not a version-{STATE_VERSION} co3 DDP job state dict")
+        self._check_config(job["config"])
+        if not dist.is_initialized():
+            raise InputError("CO3State: a job state dict is loaded after init_process_group "
+                             "(each rank takes its own part)")
+        rank, world = _where(self.process_group)
+        if job["world_size"] != world or len(job["ranks"]) != world:
+            raise CO3StateMismatchError(f"co3 DDP state saved with world size "
+                                        f"{job['world_size']}, loaded with {world}")
+        return job["ranks"][rank]
+
+    def _check_placement(self, rank: int, world: int) -> None:
+        """Raise unless the loaded state was taken on this rank of a job this size."""
+        saved_rank, saved_world = self._placement
+        if saved_world != world:
+            raise CO3StateMismatchError(f"co3 DDP state saved with world size {saved_world}, "
+                                        f"loaded with {world}")
+        if saved_rank != rank:
+            raise CO3StateMismatchError(f"co3 DDP state of rank {saved_rank} loaded on rank {rank}")
+        self._placement = None
+
+    # ----------------------------------------------------------------- guard
+    def check_ran(self, optimizer_steps: int, who: str = "") -> None:
+        """Raise :class:`CO3HookNotRunError` if ``optimizer_steps`` (>= 1) optimizer steps
+        went by and the hook finished no step in this process."""
+        if optimizer_steps >= 1 and self._steps_here == 0:
+            raise CO3HookNotRunError(
+                f"{who}co3 DDP hook never ran: 0 hook steps after {optimizer_steps} optimizer "
+                f"step(s), training is uncompressed; register it with "
+                f"ddp_model.register_comm_hook(state, co3_hook) (Lightning: CO3DDPStrategy, "
+                f"Accelerate: co3cli.integrations.accelerate.register)")
+
+    def guard(self, optimizer: torch.optim.Optimizer, after: int = 1) -> Any:
+        """Check :meth:`check_ran` after ``after`` steps of ``optimizer`` (a step post-hook that
+        removes itself once checked); returns its handle."""
+        check_int("after", after, lo=1, who="CO3State.guard: ")
+        count = [0]
+
+        def post_step(opt: Any, args: Any, kwargs: Any) -> None:
+            count[0] += 1
+            if count[0] >= after:
+                handle.remove()
+                self.check_ran(count[0])
+
+        handle = optimizer.register_step_post_hook(post_step)
+        return handle
+
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "gamma": self.gamma, "exchange": self.exchange,
                 "state_dict": pickle.dumps(self.state_dict())}
@@ -270,6 +373,13 @@ class CO3State:
     def __setstate__(self, d: dict[str, Any]) -> None:
         self.__init__(None, gamma=d["gamma"], exchange=d["exchange"], **d["config"])
         self.load_state_dict(pickle.loads(d["state_dict"]))
+
+
+def _where(group: Any) -> tuple[int | None, int | None]:
+    """(rank, world size) in ``group``, or (None, None) without a process group."""
+    if not dist.is_initialized():
+        return None, None
+    return dist.get_rank(group), dist.get_world_size(group)
 
 
 def _empty_stats() -> dict[str, Any]:
@@ -314,6 +424,8 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
     group = state.process_group
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
+    if state._placement is not None:  # a state loaded before the process group existed
+        state._check_placement(rank, world)
     comp = state.compressor
     buf = bucket.buffer()
     t0 = time.perf_counter()

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from co3cli.ddp import CO3State, co3_hook
+from co3cli.ddp import CO3HookNotRunError, CO3State, CO3StateMismatchError, co3_hook
 from co3cli.errors import InputError
 from co3cli.compressors import get_compressor
 
@@ -189,6 +189,7 @@ def _three_steps(rank: int, **co3) -> dict[str, Any]:
     state = CO3State(None, **co3)
     ddp.register_comm_hook(state, co3_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state.guard(opt, after=2)  # the hook runs: the guard stays quiet
     params = []
     for step in range(3):
         _step(ddp, opt, rank, step)
@@ -207,7 +208,76 @@ def _scenario_poly(rank: int, world: int, out: Path) -> dict[str, Any]:
                         scale="co3-poly")
 
 
+def _job_state() -> CO3State:
+    return CO3State(None, format="fp4-co3", coder="ans", gamma=0.9, refit_every=2)
+
+
+def _scenario_job_a(rank: int, world: int, out: Path, k: int, m: int) -> dict[str, Any]:
+    """k steps, one checkpoint file for the job (written by rank 0), then m more steps."""
+    model = _model()
+    ddp = _ddp(model)
+    state = _job_state()
+    ddp.register_comm_hook(state, co3_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for step in range(k):
+        _step(ddp, opt, rank, step)
+    job = state.job_state_dict()  # every rank
+    if rank == 0:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "co3": job,
+                    "co3_rank0": state.state_dict()}, out / "job.pt")
+    for step in range(k, k + m):
+        _step(ddp, opt, rank, step)
+    return {"params": _flat_params(model), "stats": state.stats()}
+
+
+def _scenario_job_b(rank: int, world: int, out: Path, k: int, m: int) -> dict[str, Any]:
+    """Fresh processes: every rank loads the one file and takes its own state; m steps."""
+    ckpt = torch.load(out / "job.pt", weights_only=True)
+    model = _model()
+    model.load_state_dict(ckpt["model"])
+    ddp = _ddp(model)
+    state = _job_state()
+    state.load_state_dict(ckpt["co3"])
+    ddp.register_comm_hook(state, co3_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt.load_state_dict(ckpt["opt"])
+    for step in range(k, k + m):
+        _step(ddp, opt, rank, step)
+    return {"params": _flat_params(model), "stats": state.stats()}
+
+
+def _scenario_job_mismatch(rank: int, world: int, out: Path) -> dict[str, Any]:
+    """Every way of loading a state where it does not belong: the message of each."""
+    ckpt = torch.load(out / "job.pt", weights_only=True)
+    messages = {}
+    bigger = {**ckpt["co3"], "world_size": 4, "ranks": ckpt["co3"]["ranks"] * 2}
+    cases = {"rank0_state": (_job_state, ckpt["co3_rank0"]),
+             "job_world4": (_job_state, bigger),
+             "state_world4": (_job_state, {**ckpt["co3_rank0"], "world_size": 4}),
+             "job_coder": (lambda: CO3State(None, format="fp4-co3", coder="huffman"), ckpt["co3"])}
+    for name, (make, sd) in cases.items():
+        try:
+            make().load_state_dict(sd)
+            messages[name] = None
+        except CO3StateMismatchError as e:
+            messages[name] = str(e)
+    return messages
+
+
+def _scenario_deferred(rank: int, world: int, out: Path, state: CO3State) -> dict[str, Any]:
+    """A state loaded before the process group existed: the hook's first call checks it."""
+    ddp = _ddp(_model())
+    ddp.register_comm_hook(state, co3_hook)
+    try:
+        _step(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), rank, 0)
+    except CO3StateMismatchError as e:
+        return {"error": str(e)}
+    return {"error": None}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "deferred": _scenario_deferred,
+    "job_a": _scenario_job_a, "job_b": _scenario_job_b, "job_mismatch": _scenario_job_mismatch,
     "ctx": _scenario_ctx, "poly": _scenario_poly,
     "train": _scenario_train, "ckpt_a": _scenario_ckpt_a, "ckpt_b": _scenario_ckpt_b,
     "nonfinite": _scenario_nonfinite,
@@ -343,3 +413,55 @@ def test_ctx_coder_through_the_hook_keeps_replicas_identical(tmp_path):
     for p0, p1 in zip(r0["params"], r1["params"]):
         assert np.array_equal(p0, p1)
     assert 0 < r0["stats"]["bits_per_entry_mean"] < 32  # tiny model: the tables dominate
+
+
+def test_one_checkpoint_for_the_job_resumes_bit_identically(tmp_path):
+    k, m = 3, 3
+    a = _launch(tmp_path, "job_a", k=k, m=m)
+    b = _launch(tmp_path, "job_b", k=k, m=m)
+    for rank in range(WORLD):
+        assert np.array_equal(a[rank]["params"], b[rank]["params"]), f"rank {rank} differs"
+        assert b[rank]["stats"]["steps"] == k + m and b[rank]["stats"]["resets"] == 0
+    r0, r1 = _launch(tmp_path, "job_mismatch")
+    assert r0["rank0_state"] is None  # rank 0's own state
+    assert r1["rank0_state"] == "co3 DDP state of rank 0 loaded on rank 1"
+    for r in (r0, r1):
+        assert r["job_world4"] == r["state_world4"] == \
+            "co3 DDP state saved with world size 4, loaded with 2"
+        assert r["job_coder"] == "co3 DDP state saved with coder='ans', loaded with coder='huffman'"
+    # without a process group: the rank is checked at the hook's first call
+    state = _job_state()
+    state.load_state_dict(torch.load(tmp_path / "job.pt", weights_only=True)["co3_rank0"])
+    with pytest.raises(CO3StateMismatchError, match="^co3 DDP state of rank 0 loaded on rank 1$"):
+        state._check_placement(1, 2)
+    with pytest.raises(InputError, match="after init_process_group"):
+        _job_state().load_state_dict(torch.load(tmp_path / "job.pt", weights_only=True)["co3"])
+    sd = torch.load(tmp_path / "job.pt", weights_only=True)["co3_rank0"]
+    state = _job_state()
+    state.load_state_dict({**sd, "world_size": 4})  # no process group here: checked later
+    for r in _launch(tmp_path, "deferred", state=state):
+        assert r["error"] == "co3 DDP state saved with world size 4, loaded with 2"
+
+
+def test_a_version_1_state_dict_still_loads():
+    sd = CO3State(None, format="fp4-co3").state_dict()
+    old = {k: v for k, v in sd.items() if k not in ("rank", "world_size")}
+    state = CO3State(None, format="fp4-co3")
+    state.load_state_dict({**old, "version": 1})
+    assert state._placement is None
+
+
+def test_the_guard_names_a_hook_that_never_ran():
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = CO3State(None)
+    state.guard(opt, after=2)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()  # one step: not checked yet
+    with pytest.raises(CO3HookNotRunError, match="^co3 DDP hook never ran: 0 hook steps after 2 "
+                                                 "optimizer step") as info:
+        opt.step()
+    assert "\n" not in str(info.value)
+    opt.step()  # checked once, then the guard is gone
+    with pytest.raises(InputError, match="after"):
+        state.guard(opt, after=0)

@@ -1,0 +1,13 @@
+"""co3 in the training frameworks people use: transports over :mod:`co3cli.ddp`.
+
+- :mod:`co3cli.integrations.lightning`: ``CO3DDPStrategy``, a Lightning ``DDPStrategy`` that
+  registers :func:`co3cli.ddp.co3_hook` on any device (Lightning's own ``ddp_comm_hook``
+  registers nothing unless the device is CUDA), saves every rank's co3 state into the one
+  checkpoint file and fails loudly if the hook never ran.
+- :mod:`co3cli.integrations.accelerate`: ``register(accelerator, model, state)``, the recipe
+  after ``accelerator.prepare`` (``DistributedDataParallelKwargs(comm_hook=...)`` is ignored
+  by Accelerate for anything but its built-in hooks), with the same checkpoint and guard.
+
+Lightning and Accelerate are optional extras (``pip install co3cli[lightning]``,
+``co3cli[accelerate]``); each module imports its framework when imported.
+"""
