@@ -19,11 +19,11 @@ LAYERS = {
     1: ("fileio", "container", "dump", "data", "codec", "codebook", "fitting", "report",
         "inspection", "plot"),
     2: ("compressors",),
-    3: ("ddp", "recorder", "capture", "tasks", "jobs", "simulate", "demo", "flower"),
+    3: ("ddp", "fsdp", "recorder", "capture", "tasks", "jobs", "simulate", "demo", "flower"),
     4: ("cli", "__main__", "sample_data.make_sample_data"),
 }
 NAMES = {0: "core", 1: "I/O", 2: "compressors", 3: "transports and simulators", 4: "CLI and scripts"}
-TRANSPORTS = ("co3cli.ddp", "co3cli.recorder", "co3cli.flower")
+TRANSPORTS = ("co3cli.ddp", "co3cli.fsdp", "co3cli.recorder", "co3cli.flower")
 
 
 def _modules() -> dict[str, Path]:
