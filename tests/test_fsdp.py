@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 
 from co3cli.compressors import get_compressor
 from co3cli.errors import InputError
-from co3cli.fsdp import CO3FSDPState, StateMismatchError, attach
+from co3cli.fsdp import CO3FSDPState, CO3ReduceScatter, StateMismatchError, attach
 
 JOIN_TIMEOUT_S = 120
 PG_TIMEOUT = timedelta(seconds=30)
@@ -121,6 +121,14 @@ def _scenario_bad(rank: int, world: int, out: Path) -> dict[str, Any]:
     state = CO3FSDPState(format="fp8-e5m2")
     sd = state.state_dict()
     sd["rank"] = 1 - rank
+    # one reduce-scatter by hand: close to the exact one, each rank's shard from its own row
+    gen = torch.Generator().manual_seed(rank)
+    x = torch.randn(world * 100, generator=gen) * (1 + torch.arange(world).repeat_interleave(100))
+    exact, co3 = torch.empty(100), torch.empty(100)
+    dist.reduce_scatter_tensor(exact, x.clone(), op=dist.ReduceOp.AVG)
+    CO3ReduceScatter(state, 0, (60, 40))(co3, x, dist.group.WORLD, dist.ReduceOp.AVG)
+    result["direct_rel_err"] = float((co3 - exact).norm() / exact.norm())
+    result["direct_bytes"] = state.stats()["bytes_total"]
     try:
         state.load_state_dict(sd)
     except StateMismatchError as e:
@@ -224,6 +232,8 @@ def test_mismatched_config_and_wrong_rank_state_are_named_errors(tmp_path):
         assert name == "ConfigMismatchError" and "\n" not in msg
         assert "format='fp4-co3'" in msg and "format='fp8-e5m2'" in msg
         assert r["wrong_rank"] == f"co3 fsdp: state of rank {1 - rank} loaded on rank {rank}"
+        assert 0 < r["direct_rel_err"] < 0.1  # fp8-e5m2: a few % of quantization error
+        assert r["direct_bytes"] > 0  # (the first payload carries its tables)
 
 
 @pytest.mark.parametrize("kwargs, match", [
