@@ -62,7 +62,7 @@ pickling drops the process group (``None`` after unpickling: the default group).
 write one file from rank 0 and load it on every rank, so ``job_state_dict()`` (a collective)
 gathers every rank's state into one dict; ``load_state_dict`` of it takes this rank's part
 (``co3cli.integrations`` wires it into Lightning's and Accelerate's checkpoints; README). A
-state loaded where it does not belong raises :class:`CO3StateMismatchError`, one line naming
+state loaded where it does not belong raises :class:`StateMismatchError`, one line naming
 what differs ("co3 DDP state of rank 0 loaded on rank 1", "... saved with world size 4, loaded
 with 2", format, coder, model), at load time, or at the hook's first call for a state loaded
 before the process group existed.
@@ -95,18 +95,13 @@ import torch.distributed as dist
 from co3cli.checks import check_int, check_real
 from co3cli.coding import CODERS, row_length
 from co3cli.compressors import CO3, ErrorFeedback, get_compressor
-from co3cli.errors import Co3Error, CorruptDataError, InputError
+from co3cli.errors import Co3Error, CorruptDataError, InputError, StateMismatchError
 from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
 
 EXCHANGES = ("tensor", "object")
 STATE_VERSION = 2  # 2: records the rank and world size it was taken on (1 still loads)
 JOB_KIND = "co3-ddp-job"  # job_state_dict(): every rank's state in one dict
 LENGTH_BYTES = 8  # the int64 payload length each rank all-gathers per bucket
-
-
-class CO3StateMismatchError(InputError):
-    """A co3 DDP state loaded where it does not belong: another rank, world size, format,
-    coder or model (the message names which)."""
 
 
 class CO3HookNotRunError(Co3Error, RuntimeError):
@@ -273,7 +268,7 @@ class CO3State:
         """Restore a :meth:`state_dict` of this rank, or this rank's part of a
         :meth:`job_state_dict` (same world size, format, coder and model; gamma is taken from
         it). Parameters are matched by key on first use; a size mismatch resets that parameter.
-        A state that belongs elsewhere raises :class:`CO3StateMismatchError`."""
+        A state that belongs elsewhere raises :class:`StateMismatchError`."""
         if isinstance(sd, dict) and sd.get("kind") == JOB_KIND:
             sd = self._own_part(sd)
         if not isinstance(sd, dict) or sd.get("version") not in (1, STATE_VERSION):
@@ -313,7 +308,7 @@ class CO3State:
     def _check_config(self, config: dict[str, Any]) -> None:
         for k in ("format", "coder", "model"):
             if config.get(k) != self.config[k]:
-                raise CO3StateMismatchError(f"co3 DDP state saved with {k}={config.get(k)!r}, "
+                raise StateMismatchError(f"co3 DDP state saved with {k}={config.get(k)!r}, "
                                             f"loaded with {k}={self.config[k]!r}")
 
     def _own_part(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -326,7 +321,7 @@ class CO3State:
                              "(each rank takes its own part)")
         rank, world = _where(self.process_group)
         if job["world_size"] != world or len(job["ranks"]) != world:
-            raise CO3StateMismatchError(f"co3 DDP state saved with world size "
+            raise StateMismatchError(f"co3 DDP state saved with world size "
                                         f"{job['world_size']}, loaded with {world}")
         return job["ranks"][rank]
 
@@ -334,10 +329,10 @@ class CO3State:
         """Raise unless the loaded state was taken on this rank of a job this size."""
         saved_rank, saved_world = self._placement
         if saved_world != world:
-            raise CO3StateMismatchError(f"co3 DDP state saved with world size {saved_world}, "
+            raise StateMismatchError(f"co3 DDP state saved with world size {saved_world}, "
                                         f"loaded with {world}")
         if saved_rank != rank:
-            raise CO3StateMismatchError(f"co3 DDP state of rank {saved_rank} loaded on rank {rank}")
+            raise StateMismatchError(f"co3 DDP state of rank {saved_rank} loaded on rank {rank}")
         self._placement = None
 
     # ----------------------------------------------------------------- guard

@@ -11,3 +11,13 @@ class InputError(Co3Error, ValueError):
 
 class CorruptDataError(Co3Error):
     """Encoded data fails a structural check or checksum; nothing decoded from it is returned."""
+
+
+class ConfigMismatchError(InputError):
+    """The ranks of one distributed job were configured differently (format, coder, ...,
+    world size): checked once, at the first step, on every rank."""
+
+
+class StateMismatchError(InputError):
+    """A checkpointed co3 state (DDP hook, FSDP reduce-scatter) loaded where it does not
+    belong: another rank, world size, format, coder or model (the message names which)."""

@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from co3cli.ddp import CO3HookNotRunError, CO3State, CO3StateMismatchError, co3_hook
-from co3cli.errors import InputError
+from co3cli.ddp import CO3HookNotRunError, CO3State, co3_hook
+from co3cli.errors import InputError, StateMismatchError
 from co3cli.compressors import get_compressor
 
 WORLD = 2
@@ -259,7 +259,7 @@ def _scenario_job_mismatch(rank: int, world: int, out: Path) -> dict[str, Any]:
         try:
             make().load_state_dict(sd)
             messages[name] = None
-        except CO3StateMismatchError as e:
+        except StateMismatchError as e:
             messages[name] = str(e)
     return messages
 
@@ -270,7 +270,7 @@ def _scenario_deferred(rank: int, world: int, out: Path, state: CO3State) -> dic
     ddp.register_comm_hook(state, co3_hook)
     try:
         _step(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), rank, 0)
-    except CO3StateMismatchError as e:
+    except StateMismatchError as e:
         return {"error": str(e)}
     return {"error": None}
 
@@ -432,7 +432,7 @@ def test_one_checkpoint_for_the_job_resumes_bit_identically(tmp_path):
     # without a process group: the rank is checked at the hook's first call
     state = _job_state()
     state.load_state_dict(torch.load(tmp_path / "job.pt", weights_only=True)["co3_rank0"])
-    with pytest.raises(CO3StateMismatchError, match="^co3 DDP state of rank 0 loaded on rank 1$"):
+    with pytest.raises(StateMismatchError, match="^co3 DDP state of rank 0 loaded on rank 1$"):
         state._check_placement(1, 2)
     with pytest.raises(InputError, match="after init_process_group"):
         _job_state().load_state_dict(torch.load(tmp_path / "job.pt", weights_only=True)["co3"])

@@ -150,5 +150,5 @@ def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path):
         assert resumed[rank]["stats"]["steps"] == whole[rank]["stats"]["steps"] == 3 * BATCHES
     assert len(list((tmp_path / "ckpt").glob("custom_checkpoint_*.pkl"))) == 1  # one file
     for e in launch(tmp_path, _run_resume_other_format, expect_error=True):
-        assert "CO3StateMismatchError: co3 DDP state saved with format='fp8-e5m2', loaded " \
+        assert "StateMismatchError: co3 DDP state saved with format='fp8-e5m2', loaded " \
                "with format='fp4-co3'" in e

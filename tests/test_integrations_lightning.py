@@ -157,5 +157,5 @@ def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path):
         assert resumed[rank]["stats"]["steps"] == whole[rank]["stats"]["steps"] == 12
     errors = launch(tmp_path, _run_resume_other_coder, expect_error=True)
     for e in errors:
-        assert "CO3StateMismatchError: co3 DDP state saved with coder='ans', loaded with " \
+        assert "StateMismatchError: co3 DDP state saved with coder='ans', loaded with " \
                "coder='huffman'" in e

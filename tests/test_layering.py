@@ -19,12 +19,13 @@ LAYERS = {
     1: ("fileio", "container", "dump", "data", "codec", "codebook", "fitting", "report",
         "inspection", "plot"),
     2: ("compressors",),
-    3: ("ddp", "integrations", "recorder", "capture", "tasks", "jobs", "simulate", "demo", "flower"),
+    3: ("ddp", "fsdp", "integrations", "recorder", "capture", "tasks", "jobs", "simulate", "demo",
+        "flower"),
     4: ("cli", "__main__", "sample_data.make_sample_data"),
 }
 NAMES = {0: "core", 1: "I/O", 2: "compressors", 3: "transports and simulators", 4: "CLI and scripts"}
-TRANSPORTS = ("co3cli.ddp", "co3cli.integrations.lightning", "co3cli.integrations.accelerate",
-              "co3cli.recorder", "co3cli.flower")
+TRANSPORTS = ("co3cli.ddp", "co3cli.fsdp", "co3cli.integrations.lightning",
+              "co3cli.integrations.accelerate", "co3cli.recorder", "co3cli.flower")
 
 
 def _modules() -> dict[str, Path]:

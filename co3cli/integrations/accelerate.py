@@ -22,7 +22,7 @@ trains uncompressed. ``register``
 - registers a checkpoint object with ``accelerator.register_for_checkpointing``: its
   ``state_dict`` (called on every rank by ``save_state``) gathers every rank's co3 state
   (``CO3State.job_state_dict``) into the file the main process writes, and ``load_state_dict``
-  gives each rank its own part (a mismatch raises ``CO3StateMismatchError``);
+  gives each rank its own part (a mismatch raises ``StateMismatchError``);
 - with ``optimizer=``, guards it: after ``guard_steps`` optimizer steps without a hook step it
   raises ``CO3HookNotRunError``.
 """

@@ -22,7 +22,7 @@ What it changes in ``lightning.pytorch.strategies.DDPStrategy``:
   ``ModelCheckpoint``): gathers every rank's state (``CO3State.job_state_dict``) into
   ``checkpoint["co3"]`` of the one file rank 0 writes; ``load_checkpoint`` (every rank, after
   the process group exists, before the first step) gives each rank its own part. A checkpoint
-  from another world size, format, coder or model raises ``CO3StateMismatchError``.
+  from another world size, format, coder or model raises ``StateMismatchError``.
 """
 
 from __future__ import annotations
