@@ -189,10 +189,27 @@ def run_clock(tasks: list[str], labels: list[str] | None, work: Path, rounds: in
             print(f"clock {task} {label}: done", flush=True)
 
 
-def _clock_row(d: Path, target: float | None, f32: float | None = None) -> dict:
+def _step_time(work: Path, task: str) -> float | None:
+    """The clock's compute time per client step for ``task``: the lowest of its runs' median
+    measured step times (the least loaded measurement), the same for every compressor, so that
+    the load of the shared machine while a run trained does not decide the comparison."""
+    from co3cli.simulate.flplot import read_metrics
+
+    meds = []
+    for label, *_ in CLOCK_RUNS:
+        d = _clock_dir(work, task, label)
+        if (d / "summary.json").exists():
+            cfg = json.loads((d / "config.json").read_text())["config"]
+            m = read_metrics(d)
+            meds.append(float(np.median(m["t_compute"][1:])) / cfg["clients"] / cfg["local_steps"])
+    return min(meds) if meds else None
+
+
+def _clock_row(d: Path, target: float | None, f32: float | None = None,
+               step: float | None = None) -> dict:
     """A finished run's accuracy, bits/entry, codec times, break-even and clock per uplink;
     ``f32``: the bytes of one client's uncompressed upload (the none run's; default 4 bytes
-    per entry)."""
+    per entry); ``step``: the fixed compute time per client step of the clock (None: measured)."""
     from co3cli.simulate.clock import recompute
     from co3cli.simulate.flplot import read_metrics
 
@@ -216,7 +233,7 @@ def _clock_row(d: Path, target: float | None, f32: float | None = None) -> dict:
     if bench.exists():
         row.update(json.loads(bench.read_text()))
     for u in UPLINKS:
-        c = recompute(d, target, uplink=u)
+        c = recompute(d, target, uplink=u, compute_time=step)
         row["clock"][u] = {k: c["summary"][k] for k in (
             "wallclock_s", "time_to_target_s", "target_round", "target_reason")}
         row["clock"][u]["parts_s"] = c["summary"]["parts_s"]
@@ -238,16 +255,19 @@ def clock_results(work: Path, out: Path) -> dict:
         acc = json.loads(base.read_text())["final_accuracy"] if base.exists() else None
         target = None if acc is None else np.floor(1000 * TARGET_RULE * acc) / 1000
         runs, dirs, labels = {}, [], []
+        step = _step_time(work, task)
         for label, *_ in CLOCK_RUNS:  # none first: its upload is the float32 reference
             d = _clock_dir(work, task, label)
             if (d / "summary.json").exists():
                 f32 = runs["none"]["uplink_bytes_per_client"] if "none" in runs else None
-                runs[label] = _clock_row(d, target, f32)
+                runs[label] = _clock_row(d, target, f32, step)
                 dirs.append(str(d))
                 labels.append(label)
-        doc["tasks"][task] = {"config": fields, "target": target, "runs": runs}
+        doc["tasks"][task] = {"config": fields, "target": target, "compute_time_s": step,
+                              "runs": runs}
         if dirs:
-            plot_runs(dirs, out / f"fl_clock_{task}.png", labels, uplinks=list(UPLINKS))
+            plot_runs(dirs, out / f"fl_clock_{task}.png", labels, uplinks=list(UPLINKS),
+                      links={"compute_time": step})
     (out / "fl_clock.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out / "fl_clock.md").write_text(render_clock(doc))
     return doc
@@ -306,7 +326,12 @@ def render_clock(doc: dict) -> str:
              + doc["target_rule"] + ", the same for every compressor; time to target: the "
              "first evaluated round at or above it. Compute and codec times are measured "
              "wall times (perf_counter) on the loaded machine. codec / compute: (encode + "
-             "decode) / client gradient time, median over rounds 1..R-1. Break-even: "
+             "decode) / client gradient time, median over rounds 1..R-1 of the same run. The clock "
+             "uses one compute time per client step for all of a task's runs (the lowest of "
+             "their median measured step times, stated per task), times each client's "
+             "compute factor, so that the machine's load while a run trained does not decide "
+             "the comparison; codec times stay as measured (inflated by the load, which counts "
+             "against the compressors). Break-even: "
              "B* = 8 x (the none run's upload bytes - payload bytes) / (one client's encode + the server's "
              "decode of all clients), per round (medians); above B* the upload time saved is "
              "smaller than the codec time added.", ""]
@@ -314,8 +339,19 @@ def render_clock(doc: dict) -> str:
         c = t["config"]
         lines += [f"## {task}: {c['clients']} clients, {c['algorithm']}, batch {c['batch_size']}, "
                   f"lr {c['lr']:g}, {c['rounds']} rounds, eval every {c['eval_every']}; target "
-                  + ("-" if t["target"] is None else f"{100 * t['target']:.1f} %"), ""]
+                  + ("-" if t["target"] is None else f"{100 * t['target']:.1f} %")
+                  + ("" if t["compute_time_s"] is None else
+                     f"; clock compute time {1e3 * t['compute_time_s']:.0f} ms per client step"),
+                  ""]
         lines += _clock_table(t) + [""] + [f"- {x}" for x in _clock_checks(task, t)]
+        done = [r for r in t["runs"].values() if "load_after" in r]
+        if done:
+            load = [r["load_after"][0] for r in done]
+            lines.append(f"- machine: 1-minute load {min(load):.1f}-{max(load):.1f} on "
+                         f"{os.cpu_count()} cores after each run; a run took "
+                         f"{min(r['cpu_s'] for r in done):.0f}-{max(r['cpu_s'] for r in done):.0f}"
+                         f" s CPU in {min(r['wall_s'] for r in done):.0f}-"
+                         f"{max(r['wall_s'] for r in done):.0f} s wall")
         lines += ["", f"![{task}](fl_clock_{task}.png)" if t["runs"] else "", ""]
     return "\n".join(lines) + "\n"
 
