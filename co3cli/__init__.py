@@ -8,15 +8,18 @@ Data flow (see README.md for the commands)::
                                                                          |
                                                report: bits/entry vs entropy
 
-    simulate fl / the DDP hook:  g --ErrorFeedback--> v --Compressor--> payload --> the wire
+    simulate fl, Flower, the DDP hook, the FSDP reduce-scatter:
+                                 g --ErrorFeedback--> v --Compressor--> payload --> the wire
                                  (co3: grid + model table + coder; baselines: qsgd, topk, ...)
 
 Layers (imports point downwards only; ``tests/test_layering.py`` enforces it, with no circles)::
 
     cli          co3cli.cli.*: one module per command group; parse, call one function, print
-    transports   ddp (DDP comm hook), recorder, capture, tasks, simulate.* (FL engines, UEP), demo
+    transports   ddp (DDP comm hook), fsdp (FSDP2 reduce-scatter), integrations (Lightning,
+                 Accelerate), flower (Flower Mod + strategy), recorder, capture, tasks, jobs,
+                 simulate.* (FL engines, links and clock, UEP), demo
     compressors  co3cli.compressors: the contract, co3, baselines, error feedback (one of each)
-    I/O          fileio, container (.co3), dump (HDF5), data, codec, codebook, fitting, report
+    I/O          fileio, container (.co3 blocks, groups), dump (HDF5), data, codec, codebook, fitting, report
     core         errors, registry, checks, varint, formats (grids), quantize, scales, models,
                  mixture, coding (huffman, ans, ctx), tables (model -> integer table)
 
