@@ -3,6 +3,9 @@
     python benchmarks/bench_ddp.py [--models mlp resnet] [--worlds 2] [--warmup 5] [--steps 25]
                                    [--out benchmarks/results]
 
+(From a working tree, prefix ``PYTHONPATH=.``: the spawned ranks otherwise import the
+installed co3cli.)
+
 One launcher for every hook: W ranks started with ``torch.multiprocessing`` (spawn) on one
 machine, gloo over a ``FileStore``, one torch thread per rank. Two models (seed 0): an MLP
 784-2048-576-10 (2,793,674 parameters) and co3cli.tasks' ``mnist5k-resnet`` (ResNet-style,
@@ -44,6 +47,7 @@ Writes ``ddp.md`` and ``ddp.json``.
 """
 
 import argparse
+import copy
 import datetime as _dt
 import json
 import os
@@ -172,10 +176,11 @@ class _Run:
 
     def result(self, model_name: str, world: int, test: tuple[torch.Tensor, torch.Tensor]
                ) -> dict[str, Any]:
-        self.model.eval()
+        # BatchNorm with the test batch's statistics: after a few dozen steps the running
+        # statistics are not settled yet (eval mode put every hook at chance); on a copy, so
+        # the model's running statistics stay as trained
         with torch.no_grad():
-            logits = self.model(test[0])
-        self.model.train()
+            logits = copy.deepcopy(self.model).train()(test[0])
         numel = sum(p.numel() for p in self.model.parameters())
         out: dict[str, Any] = {
             "model": model_name, "hook": self.name, "world": world, "numel": numel,
@@ -281,6 +286,10 @@ def _fmt_bw(b: float | None) -> str:
     return f"{b / 1e9:.2f} Gbit/s" if b >= 1e9 else f"{b / 1e6:.0f} Mbit/s"
 
 
+def _quality(r: dict[str, Any]) -> str:
+    return f"{r['train_loss']:.3f} / {r['test_loss']:.3f}, {100 * r['test_accuracy']:.1f} %"
+
+
 def write_results(rows: list[dict[str, Any]], out: Path, header: dict[str, Any]) -> None:
     refs = {(r["model"], r["world"], r["hook"]): r for r in rows if r["hook"] in ("fp16",
                                                                              "allreduce")}
@@ -308,7 +317,8 @@ def write_results(rows: list[dict[str, Any]], out: Path, header: dict[str, Any])
         f". Data: co3cli.tasks' mnist5k-resnet train split (batch {BATCH} per rank, each rank "
         f"its own minibatches, the same for every hook); held-out loss and accuracy on "
         f"{EVAL_SAMPLES} test samples after {header['warmup']} + {header['steps']} steps "
-        f"(rank 0's replica). SGD lr {LR}. Every hook trains its own copy of the model and the "
+        f"(rank 0's replica; BatchNorm with the test batch's statistics), and the mean "
+        f"training loss of the last 5 steps (rank 0, the same minibatches for every hook). SGD lr {LR}. Every hook trains its own copy of the model and the "
         "hooks are **interleaved** step by step (rotating order), so load changes hit all "
         "alike; step = forward + backward (with the hook) + optimizer step, rank 0 wall clock, "
         "median over the timed steps. One DDP bucket for every hook (`bucket_cap_mb=25` given "
@@ -337,8 +347,8 @@ def write_results(rows: list[dict[str, Any]], out: Path, header: dict[str, Any])
         lines += [f"## {model}: {MODELS[model]}, {mrows[0]['numel']:,} parameters", "",
                   "| W | hook | median step ms | x fp16 time | bytes/step/rank | x fp16 bytes | "
                   "bits/entry (entropy) | ring traffic/rank | B* vs fp16 | B* vs allreduce | "
-                  "test loss | test acc | target time / bytes |",
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "train loss (last 5) | test loss | test acc | target time / bytes |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in mrows:
             if r["hook"].startswith("co3"):
                 bpe = f"{r['bits_per_entry']:.2f} ({r['entropy_bits_per_entry']:.2f})"
@@ -351,11 +361,12 @@ def write_results(rows: list[dict[str, Any]], out: Path, header: dict[str, Any])
             lines.append(f"| {r['world']} | {r['hook']} | {r['median_step_ms']:.1f} | "
                          f"{r['time_ratio_to_fp16']:.2f} | {r['bytes_per_step']:,.0f} | "
                          f"{r['bytes_ratio_to_fp16']:.3f} | {bpe} | {r['ring_bytes_per_step']:,.0f}"
-                         f" | {be16} | {bear} | {r['test_loss']:.3f} | "
+                         f" | {be16} | {bear} | {r['train_loss']:.3f} | {r['test_loss']:.3f} | "
                          f"{100 * r['test_accuracy']:.1f} % | {tgt} |")
         lines += ["", "At (roughly) equal bytes: each co3 row next to the PowerSGD rank whose "
                   "bytes/step are nearest (same steps, same minibatches):", "",
-                  "| W | co3 | bytes | test loss / acc | PowerSGD | bytes | test loss / acc |",
+                  "| W | co3 | bytes | train / test loss, test acc | PowerSGD | bytes | "
+                  "train / test loss, test acc |",
                   "|---:|---|---:|---:|---|---:|---:|"]
         psgd = [r for r in mrows if r["hook"].startswith("powersgd")]
         for r in mrows:
@@ -363,9 +374,8 @@ def write_results(rows: list[dict[str, Any]], out: Path, header: dict[str, Any])
                 continue
             q = min(psgd, key=lambda p: abs(np.log(p["bytes_per_step"] / r["bytes_per_step"])))
             lines.append(f"| {r['world']} | {r['hook']} | {r['bytes_per_step']:,.0f} | "
-                         f"{r['test_loss']:.3f} / {100 * r['test_accuracy']:.1f} % | {q['hook']} "
-                         f"| {q['bytes_per_step']:,.0f} | {q['test_loss']:.3f} / "
-                         f"{100 * q['test_accuracy']:.1f} % |")
+                         f"{_quality(r)} | {q['hook']} | {q['bytes_per_step']:,.0f} | "
+                         f"{_quality(q)} |")
         lines += ["", "Where co3's time goes (rank 0, median ms per step: host copies, compress = "
                   "error feedback + quantize + table + entropy-code, exchange = the two "
                   "all-gathers incl. waiting for the slowest rank, decode = W-1 decodes + sum; "
