@@ -41,9 +41,18 @@ the device would cost two more copies per step). The two collectives run on the 
 device (uint8 and int64 tensors), so under NCCL they go GPU to GPU; under gloo they stay on the
 CPU. Nothing else assumes a CPU.
 
-Synchronous hook. The exchange and decode happen inside the hook call and it returns an
-already completed ``torch.futures.Future``; that is allowed by the hook contract, but the
-work does not overlap the rest of the backward pass as allreduce-based hooks do.
+Synchronous or overlapped. By default the exchange and decode happen inside the hook call
+and it returns an already completed ``torch.futures.Future`` (allowed by the hook contract;
+the work does not overlap the rest of the backward pass). ``CO3State(overlap=True)``: the
+hook only looks the bucket's parameters up and hands the rest (host copy, compress, the
+collectives, decode) to the state's one worker thread, then returns; the future completes
+when the worker is done and DDP waits for it at the end of backward. One thread, FIFO: the
+buckets are coded and exchanged in the order DDP hands them over, the same on every rank, so
+the collectives match and the results are bit-identical to the synchronous path (tested).
+It assumes nothing else issues collectives on the group while backward runs (DDP's own
+unused-parameter all-reduce comes before the first bucket; tested with DDP's defaults).
+Overlap only pays where a core is idle during backward (more cores than ranks, several
+buckets); it is off by default.
 
 Keys. State (error memory, sender table, one receiver table per source rank) is kept per
 *parameter*, not per bucket: DDP re-buckets after its first iteration (torch 2.x puts every
@@ -140,12 +149,16 @@ class CO3State:
     (:class:`co3cli.compressors.CO3`); ``gamma`` in [0, 1] decays the error memory
     (``v = g + gamma * e``, :class:`co3cli.compressors.ErrorFeedback`, keyed by parameter);
     ``exchange`` is ``"tensor"`` (all-gather of lengths, then of padded uint8 payloads; the
-    default) or ``"object"`` (``all_gather_object`` of the bytes).
+    default) or ``"object"`` (``all_gather_object`` of the bytes); ``overlap=True`` returns
+    the hook's future at once and codes/exchanges the buckets on one worker thread, in bucket
+    order (the same results, bit for bit, as the synchronous default).
     """
 
     def __init__(self, process_group: Any = None, *, format: str = "fp8-e5m2", coder: str = "ans",
                  gamma: float = 0.9, refit_every: int = 100, model: str = "gennorm-zi",
-                 scale: str | None = None, exchange: str = "tensor"):
+                 scale: str | None = None, exchange: str = "tensor", overlap: bool = False):
+        if not isinstance(overlap, bool):
+            raise InputError(f"CO3State: overlap={overlap!r} must be True or False")
         check_int("refit_every", refit_every, lo=1, who="CO3State: ")
         if exchange not in EXCHANGES:
             raise InputError(f"CO3State: exchange {exchange!r} is not one of {', '.join(EXCHANGES)}")
@@ -160,6 +173,8 @@ class CO3State:
         except InputError as e:
             raise InputError(f"CO3State: {e}") from None
         self.exchange = exchange
+        self.overlap = overlap
+        self._worker: Any = None  # overlap: the one thread that codes and exchanges, FIFO
         self._rng = np.random.default_rng(0)  # co3 is deterministic; the API wants a generator
         self._params: dict[int, _ParamState] = {}  # key -> state
         self._keys: dict[int, tuple[int, weakref.ref]] = {}  # id(parameter) -> (key, ref)
@@ -363,10 +378,11 @@ class CO3State:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "gamma": self.gamma, "exchange": self.exchange,
-                "state_dict": pickle.dumps(self.state_dict())}
+                "overlap": self.overlap, "state_dict": pickle.dumps(self.state_dict())}
 
     def __setstate__(self, d: dict[str, Any]) -> None:
-        self.__init__(None, gamma=d["gamma"], exchange=d["exchange"], **d["config"])
+        self.__init__(None, gamma=d["gamma"], exchange=d["exchange"],
+                      overlap=d.get("overlap", False), **d["config"])
         self.load_state_dict(pickle.loads(d["state_dict"]))
 
 
@@ -414,22 +430,48 @@ def _exchange_object(payload: bytes, group: Any, world: int) -> tuple[list[bytes
 
 def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: co3-compress this rank's bucket (per parameter, with error
-    feedback), all-gather the payloads, decode every rank's, and return their mean. It works
-    synchronously: the returned future is already completed. See the module docstring."""
+    feedback), all-gather the payloads, decode every rank's, and return their mean. By default
+    it works synchronously (the returned future is already completed); with
+    ``CO3State(overlap=True)`` the work runs on the state's one worker thread, in bucket order,
+    and the future completes when it is done. See the module docstring."""
     group = state.process_group
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
     if state._placement is not None:  # a state loaded before the process group existed
         state._check_placement(rank, world)
-    comp = state.compressor
     buf = bucket.buffer()
     t0 = time.perf_counter()
-    params = bucket.parameters()
-    pstates = [state._param(p) for p in params]
+    pstates = [state._param(p) for p in bucket.parameters()]
     bounds = np.cumsum([0] + [ps.numel for ps in pstates])
     if bounds[-1] != buf.numel():
         raise RuntimeError(f"co3_hook: bucket {bucket.index()} has {buf.numel()} entries, "
                            f"its parameters {bounds[-1]}")
+    last = bucket.is_last()
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    if not state.overlap:
+        fut.set_result(_bucket_mean(state, buf, pstates, bounds, last, rank, world, t0))
+        return fut
+    if state._worker is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        state._worker = ThreadPoolExecutor(1, thread_name_prefix="co3-ddp")
+
+    def work() -> None:
+        try:
+            fut.set_result(_bucket_mean(state, buf, pstates, bounds, last, rank, world,
+                                        time.perf_counter()))
+        except BaseException as e:  # noqa: BLE001 - handed to DDP through the future
+            fut.set_exception(e)
+
+    state._worker.submit(work)  # one thread: buckets in order, the same on every rank
+    return fut
+
+
+def _bucket_mean(state: CO3State, buf: torch.Tensor, pstates: list[_ParamState],
+                 bounds: np.ndarray, last: bool, rank: int, world: int,
+                 t0: float) -> torch.Tensor:
+    """The rank-mean of one bucket through co3 (the hook's work; see the module docstring)."""
+    group, comp = state.process_group, state.compressor
     g = buf.detach().to(device="cpu", dtype=torch.float32).numpy().reshape(-1)
     # NaN/Inf anywhere (e.g. an fp16 GradScaler overflow step): every rank must take the same
     # path, so the ranks agree with a one-integer all-reduce; then the bucket is averaged as is
@@ -445,11 +487,9 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
         state._step.payload_bytes += raw.numel() * raw.element_size()  # what went on the wire
         state._step.padded_bytes += raw.numel() * raw.element_size()
         state._step.entries += g.size
-        fut_raw: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-        fut_raw.set_result(raw.div_(world))
-        if bucket.is_last():
+        if last:
             state._finish_step()
-        return fut_raw
+        return raw.div_(world)
     own = np.empty(g.size, np.float32)  # this rank's v_hat
     t1 = time.perf_counter()
     parts, entropy = [], 0.0
@@ -475,9 +515,7 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
             _decode_into(total, payloads[src], src, pstates, bounds, comp)
     total /= np.float32(world)
     t4 = time.perf_counter()
-    mean = torch.from_numpy(total).to(device=buf.device, dtype=buf.dtype)
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(mean.view_as(buf))
+    mean = torch.from_numpy(total).to(device=buf.device, dtype=buf.dtype).view_as(buf)
     t5 = time.perf_counter()
 
     st = state._step
@@ -489,9 +527,9 @@ def co3_hook(state: CO3State, bucket: dist.GradBucket) -> torch.futures.Future[t
     st.t_compress += t2 - t1
     st.t_exchange += t3 - t2
     st.t_decode += t4 - t3
-    if bucket.is_last():
+    if last:
         state._finish_step()
-    return fut
+    return mean
 
 
 def _decode_into(total: np.ndarray, payload: bytes, src: int, pstates: list[_ParamState],

@@ -197,6 +197,11 @@ def _three_steps(rank: int, **co3) -> dict[str, Any]:
     return {"params": params, "stats": state.stats()}
 
 
+def _scenario_overlap(rank: int, world: int, out: Path) -> dict[str, Any]:
+    """The same 3 steps through the synchronous and the overlapped hook (several buckets)."""
+    return {"sync": _three_steps(rank), "overlap": _three_steps(rank, overlap=True)}
+
+
 def _scenario_ctx(rank: int, world: int, out: Path) -> dict[str, Any]:
     """The context-adaptive coder through the hook: 2-D contexts from each parameter's shape."""
     return _three_steps(rank, format="fp8-e5m2", coder="ctx", gamma=0.9, refit_every=2)
@@ -278,7 +283,7 @@ def _scenario_deferred(rank: int, world: int, out: Path, state: CO3State) -> dic
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "deferred": _scenario_deferred,
     "job_a": _scenario_job_a, "job_b": _scenario_job_b, "job_mismatch": _scenario_job_mismatch,
-    "ctx": _scenario_ctx, "poly": _scenario_poly,
+    "ctx": _scenario_ctx, "poly": _scenario_poly, "overlap": _scenario_overlap,
     "train": _scenario_train, "ckpt_a": _scenario_ckpt_a, "ckpt_b": _scenario_ckpt_b,
     "nonfinite": _scenario_nonfinite,
 }
@@ -381,6 +386,7 @@ def test_checkpoint_restore_gives_the_same_next_step(tmp_path):
     ({"refit_every": 0}, "refit_every"),
     ({"refit_every": 2.5}, "refit_every"),
     ({"exchange": "carrier-pigeon"}, "exchange"),
+    ({"overlap": "yes"}, "overlap"),
 ])
 def test_bad_parameters_raise_input_error(kwargs, match):
     with pytest.raises(InputError, match=match) as info:
@@ -413,6 +419,24 @@ def test_ctx_coder_through_the_hook_keeps_replicas_identical(tmp_path):
     for p0, p1 in zip(r0["params"], r1["params"]):
         assert np.array_equal(p0, p1)
     assert 0 < r0["stats"]["bits_per_entry_mean"] < 32  # tiny model: the tables dominate
+
+
+def test_overlap_gives_the_synchronous_results_bit_for_bit(tmp_path):
+    r0, r1 = _launch(tmp_path, "overlap")
+    for r in (r0, r1):
+        for step, (a, b) in enumerate(zip(r["sync"]["params"], r["overlap"]["params"])):
+            assert np.array_equal(a, b), f"overlap differs from sync after step {step}"
+        sync, over = r["sync"]["stats"], r["overlap"]["stats"]
+        assert over["steps"] == sync["steps"] == 3
+        assert over["bytes_total"] == sync["bytes_total"]
+    for a, b in zip(r0["overlap"]["params"], r1["overlap"]["params"]):
+        assert np.array_equal(a, b)  # replicas identical
+    assert not np.array_equal(r0["overlap"]["params"][0], r0["overlap"]["params"][-1])
+
+
+def test_overlap_survives_pickling():
+    state = pickle.loads(pickle.dumps(CO3State(None, overlap=True)))
+    assert state.overlap is True and state._worker is None
 
 
 def test_one_checkpoint_for_the_job_resumes_bit_identically(tmp_path):
