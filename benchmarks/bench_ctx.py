@@ -44,12 +44,12 @@ import json  # noqa: E402
 import lzma  # noqa: E402
 import platform  # noqa: E402
 import shlex  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from bench_pipeline import interleaved  # noqa: E402  (the one round-robin timer)
 
 from co3cli.data import SAMPLE_DATA_DIR  # noqa: E402
 
@@ -73,15 +73,6 @@ def measure_coder(table, sym: np.ndarray, cols: int | None) -> dict:
     return {"payload_bytes": sum(map(len, blobs)), "table_bytes": len(table.to_bytes())}
 
 
-def interleaved(tasks: dict, repeat: int) -> dict:
-    """Median process CPU seconds of each callable, run round-robin ``repeat`` times."""
-    ts = {k: [] for k in tasks}
-    for _ in range(repeat):
-        for k, fn in tasks.items():
-            t = time.process_time()
-            fn()
-            ts[k].append(time.process_time() - t)
-    return {k: statistics.median(v) for k, v in ts.items()}
 
 
 def synthetic_layer(n: int, seed: int = 0):

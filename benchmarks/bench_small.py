@@ -30,10 +30,8 @@ import argparse
 import io
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -42,6 +40,7 @@ if not os.environ.get("PYTHONPATH"):  # this checkout's co3cli (PYTHONPATH: anot
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+from bench_pipeline import interleaved  # noqa: E402  (the one round-robin timer)
 
 
 def gn(rng, steps, numel):
@@ -51,14 +50,6 @@ def gn(rng, steps, numel):
     return a.astype(np.float32)
 
 
-def interleaved(tasks: dict, repeat: int) -> dict:
-    ts = {k: [] for k in tasks}
-    for _ in range(repeat):
-        for k, fn in tasks.items():
-            t = time.process_time()
-            fn()
-            ts[k].append(time.process_time() - t)
-    return {k: statistics.median(v) for k, v in ts.items()}
 
 
 def co3_lib_ops(layers: dict):

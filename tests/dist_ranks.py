@@ -1,5 +1,5 @@
-"""Run a function on 2 gloo ranks in child processes (FileStore rendezvous), for the framework
-integration tests: each rank's result comes back through a file; a rank that fails sends its
+"""Run a function on gloo ranks in child processes (FileStore rendezvous), for the DDP, FSDP and
+framework tests: each rank's result comes back through a file; a rank that fails sends its
 traceback; a rank that hangs past the join timeout is killed and reported (no process is left).
 
 The environment a launcher (torchrun, ``accelerate launch``) would set is set in each child, so

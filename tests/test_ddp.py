@@ -7,11 +7,7 @@ group timeout, so a failure is reported instead of hanging.
 from __future__ import annotations
 
 import copy
-import os
 import pickle
-import traceback
-import uuid
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,15 +15,13 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from co3cli.ddp import CO3HookNotRunError, CO3State, co3_hook
 from co3cli.errors import InputError, StateMismatchError
 from co3cli.compressors import get_compressor
+from dist_ranks import launch, warm_codec
 
 WORLD = 2
-JOIN_TIMEOUT_S = 60
-PG_TIMEOUT = timedelta(seconds=30)
 
 
 # ---------------------------------------------------------------------- helpers (in the ranks)
@@ -289,56 +283,17 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
-def _worker(rank: int, world: int, store_path: str, out: str, scenario: str,
-            kwargs: dict[str, Any]) -> None:
-    torch.set_num_threads(1)
-    out_dir = Path(out)
-    code = 0
-    try:
-        store = dist.FileStore(store_path, world)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
-                                timeout=PG_TIMEOUT)
-        try:
-            result = SCENARIOS[scenario](rank, world, out_dir, **kwargs)
-        finally:
-            dist.destroy_process_group()
-        torch.save(result, out_dir / f"{scenario}-{rank}.pt")
-    except BaseException:
-        (out_dir / f"{scenario}-{rank}.err").write_text(traceback.format_exc())
-        code = 1
-    os._exit(code)  # a forked child must not run the parent's (pytest's) exit handlers
-
-
 def _launch(tmp_path: Path, scenario: str, **kwargs: Any) -> list[dict[str, Any]]:
-    methods = mp.get_all_start_methods()
-    ctx = mp.get_context("fork" if "fork" in methods else "spawn")
-    store = str(tmp_path / f"store-{uuid.uuid4().hex}")
-    procs = [ctx.Process(target=_worker, args=(r, WORLD, store, str(tmp_path), scenario, kwargs))
-             for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(JOIN_TIMEOUT_S)
-    hung = [p for p in procs if p.is_alive()]
-    for p in hung:
-        p.kill()
-        p.join(5)
-    errors = [f.read_text() for f in sorted(tmp_path.glob(f"{scenario}-*.err"))]
-    assert not errors, "\n".join(errors)
-    assert not hung, f"{scenario}: {len(hung)} rank(s) hung past {JOIN_TIMEOUT_S} s"
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    return [torch.load(tmp_path / f"{scenario}-{r}.pt", weights_only=False) for r in range(WORLD)]
+    """The scenario on WORLD forked gloo ranks (tests/dist_ranks.py: join timeout, no process
+    left, a failing rank's traceback in the assertion)."""
+    return launch(tmp_path, SCENARIOS[scenario], world=WORLD, **kwargs)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _warm_codec():
-    """Compile the coder's numba kernels once in the parent so forked ranks inherit them."""
+    """Compile the coders' numba kernels once in the parent so forked ranks inherit them."""
     torch.set_num_threads(1)
-    rng = np.random.default_rng(0)
-    for fmt in ("fp8-e5m2", "fp4-co3"):
-        comp = get_compressor("co3", format=fmt, coder="ans")
-        v = rng.standard_normal(256).astype(np.float32)
-        comp.decompress(comp.compress(v, {}, rng).payload, v.size, {})
+    warm_codec()
 
 
 # ---------------------------------------------------------------------- tests

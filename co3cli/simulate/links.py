@@ -89,7 +89,8 @@ LINK_SPECS: Registry = Registry(
 
 
 class LinkSpec(Configurable):
-    """A spec of one per-client quantity; ``bind`` turns it into the run's values."""
+    """A spec of one per-client quantity; its ``bind(clients, rng) -> Bound`` turns it into the
+    run's values (:class:`Drawn` specs draw them once; traces and ``Nx`` bind otherwise)."""
 
     kind = "link spec"
     ARGS: ClassVar[tuple[str, ...]] = ()  # the ':'-separated arguments, in order
@@ -102,11 +103,13 @@ class LinkSpec(Configurable):
         return cls(quantity=quantity, **{a: parse_value(v, quantity, who)
                                          for a, v in zip(cls.ARGS, args)})
 
+
+class Drawn(LinkSpec):
+    """A spec whose values are one draw per client for the whole run: each subclass defines
+    ``draw(clients, rng) -> np.ndarray``."""
+
     def bind(self, clients: int, rng: np.random.Generator) -> Bound:
         return Bound(self.draw(clients, rng))
-
-    def draw(self, clients: int, rng: np.random.Generator) -> np.ndarray:
-        raise NotImplementedError
 
 
 @dataclass
@@ -127,7 +130,7 @@ class Bound:
 
 
 @LINK_SPECS.register
-class Fixed(LinkSpec):
+class Fixed(Drawn):
     """the same value for every client"""
 
     id = "fixed"
@@ -139,7 +142,7 @@ class Fixed(LinkSpec):
 
 
 @LINK_SPECS.register
-class LogNormal(LinkSpec):
+class LogNormal(Drawn):
     """per client: MEDIAN * exp(SIGMA * z), z ~ N(0, 1), drawn once"""
 
     id = "lognormal"
@@ -163,7 +166,7 @@ class LogNormal(LinkSpec):
 
 
 @LINK_SPECS.register
-class Uniform(LinkSpec):
+class Uniform(Drawn):
     """per client: uniform in [LO, HI], drawn once"""
 
     id = "uniform"
