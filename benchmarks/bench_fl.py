@@ -148,8 +148,9 @@ CLOCK_TASKS = {  # task -> FLConfig fields (chosen to fit a 2-core machine share
                         eval_every=10),
     "mnist5k-resnet": dict(clients=4, rounds=50, algorithm="fedsgd", batch_size=32, lr=0.1,
                            eval_every=5, test_fraction=0.1),  # 500 test images: 2 s an eval
-    "stdlib-charlm": dict(clients=4, rounds=40, algorithm="fedsgd", batch_size=16, lr=0.5,
-                          eval_every=5, test_fraction=0.02),  # 2 % of the text: 5 s an eval
+    "stdlib-charlm": dict(clients=4, rounds=40, algorithm="fedsgd", batch_size=16, lr=0.1,
+                          momentum=0.9, eval_every=5, test_fraction=0.02),  # 2 %: 5 s an eval
+    # (server momentum: plain FedSGD at lr 0.5 made the transformer's accuracy jump 3-33 %)
 }
 CLOCK_LINKS = dict(uplink="10mbit", downlink="10x", latency="20ms",
                    compute_factor="lognormal:1:0.5", link_seed=0)
@@ -338,7 +339,9 @@ def render_clock(doc: dict) -> str:
     for task, t in doc["tasks"].items():
         c = t["config"]
         lines += [f"## {task}: {c['clients']} clients, {c['algorithm']}, batch {c['batch_size']}, "
-                  f"lr {c['lr']:g}, {c['rounds']} rounds, eval every {c['eval_every']}; target "
+                  f"lr {c['lr']:g}"
+                  + (f", server momentum {c['momentum']:g}" if c.get("momentum") else "")
+                  + f", {c['rounds']} rounds, eval every {c['eval_every']}; target "
                   + ("-" if t["target"] is None else f"{100 * t['target']:.1f} %")
                   + ("" if t["compute_time_s"] is None else
                      f"; clock compute time {1e3 * t['compute_time_s']:.0f} ms per client step"),

@@ -33,6 +33,7 @@ Rounding (see ``co3cli.quantize``): nearest grid value, **ties to the even magni
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -92,11 +93,13 @@ class Grid:
         m = self.magnitudes
         return (m[:-1] + m[1:]) / 2.0
 
-    @property
+    @functools.cached_property
     def values(self) -> np.ndarray:
-        """float32 value of every symbol, index = symbol."""
+        """float32 value of every symbol, index = symbol (computed once; read-only)."""
         m = self.magnitudes.astype(np.float32)
-        return np.concatenate([-m[:0:-1], m]).astype(np.float32)
+        v = np.concatenate([-m[:0:-1], m]).astype(np.float32)
+        v.setflags(write=False)
+        return v
 
     @property
     def emin(self) -> int:

@@ -196,7 +196,8 @@ def as_f32_1d(x) -> np.ndarray:
 
 def _check_scale(scale) -> np.float32:
     s = np.float32(scale)
-    if not (np.isfinite(s) and s > 0):
+    f = float(s)
+    if not (f > 0 and f != math.inf):  # NaN fails f > 0
         raise InputError(f"scale must be a finite positive float32, got {scale!r}")
     return s
 

@@ -42,8 +42,9 @@ from co3cli.checks import check_int
 from co3cli.coding import CODERS
 from co3cli.compressors.base import COMPRESSORS, Compressor, Packet
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.quantize import as_f32_1d
+from co3cli.quantize import as_f32_1d, dequantize, dequantize_table, quantize
 from co3cli.tables import entropy_bits
+from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
 
 
 @COMPRESSORS.register
@@ -88,7 +89,6 @@ class CO3(Compressor):
 
     def _refit(self, v: np.ndarray, state: dict, rms: float) -> tuple[bytes, int]:
         """New scale and table in ``state``; the table's bytes and 1 if the scale rule fell back."""
-        from co3cli.quantize import quantize
         from co3cli.scales import fit_sample, scale_info
         from co3cli.tables import model_weights
 
@@ -109,9 +109,6 @@ class CO3(Compressor):
         return table.to_bytes(), int(info.fallback)
 
     def compress(self, v, state, rng):
-        from co3cli.quantize import dequantize, quantize
-        from co3cli.varint import uvarints_to_bytes
-
         v = as_f32_1d(v)
         rms = math.sqrt(float(np.dot(v, v)) / v.size)
         table_bytes, fell_back = b"", 0
@@ -119,7 +116,7 @@ class CO3(Compressor):
             table_bytes, fell_back = self._refit(v, state, rms)
         scale = self._scale(state, rms)
         sym, counts = quantize(v, self.grid, scale, with_counts=True)
-        if not table_bytes and np.any(counts[self._uncodable(state)]):
+        if not table_bytes and counts[self._uncodable(state)].any():
             table_bytes, fell_back = self._refit(v, state, rms)  # a symbol the old table cannot code
             scale = self._scale(state, rms)
             sym, counts = quantize(v, self.grid, scale, with_counts=True)
@@ -147,9 +144,6 @@ class CO3(Compressor):
         return np.float32(state["scale_fit"])
 
     def decompress(self, payload, numel, state):
-        from co3cli.quantize import dequantize, dequantize_table
-        from co3cli.varint import uvarints_from_bytes
-
         if len(payload) < 5:
             raise CorruptDataError(f"co3: payload of {len(payload)} bytes is truncated")
         flags, scale = struct.unpack_from("<Bf", payload, 0)
