@@ -58,7 +58,7 @@ def test_layouts_match_the_formats():
 @pytest.mark.parametrize("dtype", sorted(LAYOUTS))
 def test_every_candidate_round_trips_bit_exactly(dtype):
     layout = LAYOUTS[dtype]
-    words = gradient_words(dtype, 2, 600)
+    words = gradient_words(dtype, 2, 2400)  # >= MIN_CONTEXT_ENTRIES: every candidate weighed
     before = words.copy()
     seen = set()
     tables = [t for _, t in candidates(words, layout, cols=40)]
