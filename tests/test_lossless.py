@@ -158,6 +158,19 @@ def test_fuzz_payload_and_table_bytes():
             pass
 
 
+def test_table_values_out_of_range_are_refused():
+    from co3cli.varint import uvarints_to_bytes
+
+    head = bytes([1, 1, 1, 0, 0, 12, 1, 0, 0])  # bfloat16, rANS, k=0, t=0, 2**12, 1 context
+    ok = LosslessTable.from_bytes(head + uvarints_to_bytes([1]) + uvarints_to_bytes([5, 4095]))
+    assert ok.freqs[0, 5] == 4096 and ok.freqs.sum() == 4096
+    for gap, f in ((2**63, 4095), (0, 2**62), (2000, 4095), (5, 4094)):
+        with pytest.raises(CorruptDataError):
+            LosslessTable.from_bytes(head + uvarints_to_bytes([1]) + uvarints_to_bytes([gap, f]))
+    with pytest.raises(CorruptDataError):  # a context with more symbols than the alphabet
+        LosslessTable.from_bytes(head + uvarints_to_bytes([2**40]))
+
+
 def write_source(path, layers: dict, steps: int) -> None:
     """A dump of (words, stored type, shape) layers, written with h5py alone."""
     with h5py.File(path, "w") as f:

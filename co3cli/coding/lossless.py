@@ -187,13 +187,15 @@ class LosslessTable:
                                    f"contexts={nctx} t1={t1} t2={t2} out of range")
         nsym = (1 << (1 + lay.exp_bits + k)) + 2
         counts, used = uvarints_from_bytes(data[9:], nctx, "lossless table")
-        counts = counts.astype(np.int64)
-        if np.any(counts > nsym):
+        if np.any(counts > np.uint64(nsym)):
             raise CorruptDataError("lossless table: more symbols than the alphabet holds")
+        counts = counts.astype(np.int64)
         npairs = int(counts.sum())
         vals, used2 = uvarints_from_bytes(data[9 + used:], 2 * npairs, "lossless table")
         if 9 + used + used2 != len(data):
             raise CorruptDataError(f"lossless table: {len(data) - 9 - used - used2} trailing bytes")
+        if vals.size and int(vals.max()) >= 1 << 31:  # no gap or frequency comes near
+            raise CorruptDataError("lossless table: a gap or frequency out of range")
         vals = vals.astype(np.int64).reshape(-1, 2)
         freqs = np.zeros((nctx, nsym), dtype=np.int64)
         start = 0
