@@ -387,7 +387,14 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
     (``co3cli.container.plan``; never with a codebook, whose tables are per layer).
     """
     from co3cli.dump import Dump
+    from co3cli.formats import get_lossless
 
+    if get_lossless(format) is not None:  # bit-exact float words: co3cli.lossless
+        from co3cli.lossless import compress_lossless
+
+        return compress_lossless(src, dst, format=format, progress=progress, threads=threads,
+                                 scale=scale, coder=coder, coder_params=coder_params, model=model,
+                                 codebook=codebook, nonfinite=nonfinite, small_layers=small_layers)
     t0 = time.perf_counter()
     threads = check_threads(threads)
     book = None
@@ -497,6 +504,12 @@ def decompress(src, dst, *, progress=False, threads=None) -> CodecResult:
     with input_path(src, ".co3 file") as path, open(path, "rb") as f:
         co3 = open_co3(f, str(src))
         h = co3.header
+        if h["format"].get("kind") == "lossless":  # co3cli.lossless: the stored bits back
+            from co3cli.lossless import decompress_lossless
+
+            result = decompress_lossless(co3, dst, progress=progress)
+            result.seconds = time.perf_counter() - t0
+            return result
         grid, coder = read_co3_setup(h)
         # the source's provenance, minus what the new file must state for itself
         attrs = {k: v for k, v in (h.get("source") or {}).items()

@@ -27,6 +27,14 @@ Uniform grids ``uniformB`` have magnitudes ``0, 1, ..., 2**(B-1) - 1`` (``2**B -
 ``uniformB-cX`` additionally fixes the scale so that X standard deviations (RMS, location 0)
 map to the largest level (values beyond are clipped).
 
+Lossless float formats (registered in ``LOSSLESS``; not grids: nothing is quantized, the
+dump's float32 / bfloat16 / float16 words come back bit for bit, see
+``co3cli.coding.lossless``)::
+
+    f32-lossless    float32  (1, 8, 23)
+    bf16-lossless   bfloat16 (1, 8, 7)
+    f16-lossless    float16  (1, 5, 10)
+
 Rounding (see ``co3cli.quantize``): nearest grid value, **ties to the even magnitude index**
 (IEEE round-half-to-even), saturating at ±max; no Inf or NaN is ever produced.
 """
@@ -44,7 +52,8 @@ from co3cli.registry import Registry
 
 MAX_SYMBOLS = 4095
 
-FORMATS: Registry = Registry("format", describe="fpE.M[-bB][-ieee|-fn|-full], uniformB[-cX]")
+FORMATS: Registry = Registry("format", describe="fpE.M[-bB][-ieee|-fn|-full], uniformB[-cX]; "
+                             "lossless (co3 compress): f32-lossless, bf16-lossless, f16-lossless")
 """Named grids: id -> their generic spec (``get_grid`` parses any generic spec too)."""
 FORMATS.register("fp5.2", id="fp8-e5m2", doc="IEEE-style fp8 (1,5,2), bias 15 (both papers)")
 FORMATS.register("fp4.3-b7-fn", id="fp8-e4m3", doc="OCP e4m3fn, max 448 (common hardware fp8)")
@@ -52,12 +61,50 @@ FORMATS.register("fp4.3-b10", id="fp8-143-b10", doc="(1,4,3), bias 10, as in the
 FORMATS.register("fp2.1-b1", id="fp4-co3", doc="the CO3 paper's fp4 (1,2,1), bias 1, max 3")
 FORMATS.register("fp2.1-b1-full", id="fp4-e2m1", doc="OCP MX fp4 e2m1, max 6")
 
+
+
+@dataclass(frozen=True)
+class LosslessFormat:
+    """A float type coded bit-exactly (``co3 compress --format bf16-lossless``)."""
+
+    id: str
+    dtype: str  # the dump's storage type: float32, bfloat16, float16
+    exp_bits: int
+    man_bits: int
+    kind = "lossless"
+    nsym = None  # no grid: no symbols to count
+
+    @property
+    def bits(self) -> int:
+        return 1 + self.exp_bits + self.man_bits
+
+    def config(self) -> dict:
+        return {"id": self.id, "kind": self.kind, "dtype": self.dtype, "bits": self.bits,
+                "exp_bits": self.exp_bits, "man_bits": self.man_bits}
+
+
+LOSSLESS: Registry = Registry("lossless format")
+"""Lossless float formats: id -> :class:`LosslessFormat`."""
+LOSSLESS.register(LosslessFormat("f32-lossless", "float32", 8, 23),
+                  doc="float32 bit for bit (sign+exponent context-coded, mantissa raw)")
+LOSSLESS.register(LosslessFormat("bf16-lossless", "bfloat16", 8, 7),
+                  doc="bfloat16 bit for bit")
+LOSSLESS.register(LosslessFormat("f16-lossless", "float16", 5, 10), doc="float16 bit for bit")
+
+
+def get_lossless(spec) -> LosslessFormat | None:
+    """The lossless format named ``spec`` (None when ``spec`` names none)."""
+    name = spec.strip().lower() if isinstance(spec, str) else None
+    return LOSSLESS.get(name) if name in LOSSLESS else None
+
+
 _FP_RE = re.compile(r"^fp(\d+)\.(\d+)(?:-b(-?\d+))?(?:-(ieee|fn|full))?$")
 _UNIFORM_RE = re.compile(r"^uniform(\d+)(?:-c(\d+(?:\.\d+)?))?$")
 
 GRID_HELP = (
     "named: " + ", ".join(FORMATS) + "; generic: fpE.M[-bB][-ieee|-fn|-full] (e.g. fp3.2-b3), "
-    "uniformB[-cX] (e.g. uniform8, uniform4-c3)"
+    "uniformB[-cX] (e.g. uniform8, uniform4-c3); lossless (co3 compress only): "
+    + ", ".join(LOSSLESS)
 )
 
 
@@ -160,4 +207,7 @@ def get_grid(spec: str) -> Grid:
             raise InputError(f"format {spec!r}: clip must be > 0 standard deviations")
         mags = np.arange(2 ** (B - 1), dtype=np.float64)
         return Grid(id=name, kind="uniform", bits=B, magnitudes=mags, clip_sigma=clip)
+    if name in LOSSLESS:
+        raise InputError(f"format {spec!r} is lossless (no grid to quantize to): only co3 "
+                         "compress, decompress, inspect and report take it")
     raise InputError(f"unknown format {spec!r}; allowed: {GRID_HELP}")

@@ -91,6 +91,10 @@ def report_co3(path, name: str | None = None, progress: bool = False, keep_hist:
 
     with input_path(path, ".co3 file") as p, open(p, "rb") as f:
         co3 = open_co3(f, name or str(path))
+        if co3.header["format"].get("kind") == "lossless":
+            from co3cli.lossless import report_lossless
+
+            return report_lossless(co3, name or str(path), progress)
         grid, coder = read_co3_setup(co3.header)
         layers = []
         for block in progress_iter(co3.layers(), progress, "report", total=len(co3.offsets)):

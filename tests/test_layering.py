@@ -17,7 +17,7 @@ LAYERS = {
     0: ("errors", "registry", "checks", "varint", "formats", "quantize", "scales", "models",
         "mixture", "coding", "tables"),
     1: ("fileio", "container", "dump", "data", "codec", "codebook", "fitting", "report",
-        "inspection", "plot"),
+        "inspection", "plot", "lossless"),
     2: ("compressors",),
     3: ("ddp", "fsdp", "integrations", "recorder", "capture", "tasks", "jobs", "simulate", "demo",
         "flower"),

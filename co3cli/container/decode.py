@@ -15,7 +15,12 @@ from co3cli.formats import get_grid
 
 
 def read_co3_setup(header: dict):
-    """Grid and coder described by a verified ``.co3`` header."""
+    """Grid and coder described by a verified ``.co3`` header (a lossless file's: its
+    ``co3cli.formats.LosslessFormat`` and ``co3cli.coding.lossless.LosslessCoder``)."""
+    if header["format"].get("kind") == "lossless":
+        from co3cli.coding.lossless import lossless_setup
+
+        return lossless_setup(header)
     try:
         grid = get_grid(header["format"]["id"])
         coder = coder_from_config(header["coder"])
