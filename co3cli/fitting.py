@@ -7,6 +7,7 @@ import fnmatch
 import numpy as np
 
 from co3cli.errors import InputError
+from co3cli.registry import spell
 
 
 def fit_dump(src, model_ids, *, per_step=False, layers="*", nonfinite="error", progress=False) -> dict:
@@ -20,8 +21,8 @@ def fit_dump(src, model_ids, *, per_step=False, layers="*", nonfinite="error", p
     allowed = models.get_model_ids()
     bad = [m for m in model_ids if m not in allowed or m == "empirical"]
     if bad:
-        raise InputError(f"cannot fit model(s) {bad}; allowed: "
-                         f"{', '.join(m for m in allowed if m != 'empirical')}")
+        raise InputError(f"cannot fit model(s) {spell(bad)}; allowed: "
+                         f"{spell(m for m in allowed if m != 'empirical')}")
     fits = []
     with Dump.open(src, nonfinite=nonfinite) as dump:
         globs = [g.strip() for g in layers.split(",") if g.strip()]

@@ -22,7 +22,8 @@ from co3cli.dump.schema import (
     describe_target,
 )
 from co3cli.errors import InputError
-from co3cli.fileio import is_fd_path, spool
+from co3cli.fileio import is_fd_path, misplaced, spool
+from co3cli.registry import one_of
 
 
 class Dump:
@@ -43,10 +44,7 @@ class Dump:
     ):
         import h5py
 
-        if nonfinite not in NONFINITE_POLICIES:
-            raise InputError(
-                f"nonfinite={nonfinite!r} is not one of {', '.join(map(repr, NONFINITE_POLICIES))}"
-            )
+        one_of("nonfinite", nonfinite, NONFINITE_POLICIES)
         self.nonfinite = nonfinite
         self.nonfinite_counts: dict[str, int] = {}
         self._spool = None  # a fileio.Scratch holding piped input
@@ -73,7 +71,8 @@ class Dump:
                 else:
                     self.h5 = h5py.File(file_path, "r")
             except OSError as exc:
-                raise InputError(f"{self.label} is not a readable HDF5 file: {exc}") from exc
+                raise InputError(misplaced(file_path, self.label, "dump")
+                                 or f"{self.label} is not a readable HDF5 file: {exc}") from exc
             self._validate()
         except BaseException:
             self.close()

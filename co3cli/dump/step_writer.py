@@ -30,6 +30,7 @@ from co3cli.dump.schema import (
     provenance,
 )
 from co3cli.errors import InputError
+from co3cli.registry import one_of
 
 _CHUNK_BYTES = 1 << 14  # rows per chunk of a small layer: about this many bytes per chunk
 _MAX_CHUNK_ROWS = 64
@@ -82,9 +83,7 @@ class StepWriter:
     ):
         import h5py
 
-        if dtype not in STORAGE_DTYPES:
-            allowed = ", ".join(map(repr, STORAGE_DTYPES))
-            raise InputError(f"dtype={dtype!r} is not one of {allowed}")
+        one_of("dtype", dtype, STORAGE_DTYPES)
         if not layers:
             raise InputError("StepWriter needs at least one layer")
         self.path = Path(os.fspath(path))
