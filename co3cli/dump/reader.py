@@ -10,6 +10,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from co3cli.dump.dims import DESCRIPTION, is_dimension_scale
 from co3cli.dump.schema import (
     NONFINITE_POLICIES,
     SCHEMA,
@@ -128,7 +129,7 @@ class Dump:
             found: list[str] = []
 
             def visit(name: str, obj: Any) -> None:
-                if isinstance(obj, h5py.Dataset):
+                if isinstance(obj, h5py.Dataset) and not is_dimension_scale(obj):
                     found.append(name)
 
             grads.visititems(visit)
@@ -205,6 +206,8 @@ class Dump:
                 self._shapes[name] = shape
             self._layers = order
             self._attrs = {k: decode_attr(v) for k, v in f.attrs.items()}
+            if self._attrs.get("description") == DESCRIPTION:  # the writers' boilerplate, not
+                del self._attrs["description"]                 # provenance to pass on
         except (OSError, KeyError, RuntimeError) as exc:
             raise InputError(f"{where}: cannot read the dump structure: {exc}") from exc
 
@@ -323,7 +326,8 @@ class Dump:
 
     @property
     def attrs(self) -> dict[str, Any]:
-        """Root attributes decoded to str / int / float / bool / lists."""
+        """Root attributes decoded to str / int / float / bool / lists (without the writers'
+        standard ``description``, which is about the file, not its provenance)."""
         return dict(self._attrs)
 
     @property

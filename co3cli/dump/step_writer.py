@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from co3cli.dump.dims import BF16_DESCRIPTION, attach_dims
 from co3cli.dump.reader import Dump
 from co3cli.dump.schema import (
     STORAGE_DTYPES,
@@ -161,6 +162,8 @@ class StepWriter:
             )
             ds.attrs["shape"] = np.asarray(shape, dtype=np.int64)
             ds.attrs["dtype"] = self.dtype
+            if self.dtype == "bfloat16":
+                ds.attrs["description"] = BF16_DESCRIPTION
         self.h5.create_dataset("steps", shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(256,))
 
     def _check_layout(self) -> None:
@@ -340,6 +343,7 @@ class StepWriter:
                 for key in ("loss", "lr"):
                     if key in self.h5 and self.h5[key].shape[0] != self.nrows:
                         self.h5[key].resize(self.nrows, axis=0)
+                attach_dims(self.h5, list(self._layers), self.nrows)
             self.h5.close()
             self.h5 = None
             self._closed = True
