@@ -343,6 +343,8 @@ KINDS: dict[str, tuple[str, str]] = {
                    "co3 simulate fl --config FILE (to run it again)"),
     "run-file": ("a file of a co3 simulate fl run folder",
                  "co3 simulate plot RUN_DIR and co3 simulate clock RUN_DIR (the run folder)"),
+    "run-dir": ("a co3 simulate fl run folder",
+                "co3 simulate plot RUN_DIR and co3 simulate clock RUN_DIR"),
     "uep-train": ("the result JSON of co3 simulate uep train (an output no command reads)", ""),
     "hdf5": ("an HDF5 file that is not a co3 gradient dump (no root attribute "
              "schema='co3.gradients/1')", ""),
@@ -354,6 +356,8 @@ def sniff(src: str | os.PathLike | BinaryIO) -> str | None:
     """Which of co3's own files ``src`` (a path or a seekable binary file) is: a key of
     :data:`KINDS`, or None. From the magic bytes (HDF5, ``.co3``), a JSON document's
     ``schema`` or a run folder's CSV header; a file object is read from its start."""
+    if isinstance(src, (str, os.PathLike)) and Path(src).is_dir():
+        return "run-dir" if (Path(src) / "metrics.csv").is_file() else None
     try:
         if hasattr(src, "read"):
             src.seek(0)
@@ -422,4 +426,8 @@ def misplaced(src: str | os.PathLike | BinaryIO, label: str, wanted: str) -> str
     wanted_what = {"dump": "a gradient dump", "co3": "a .co3 file",
                    "codebook": "a codebook"}.get(wanted, wanted)
     line = f"{label} is {what}, not {wanted_what}"
-    return f"{line}; it is read by {takes}" if takes else line
+    line = f"{line}; it is read by {takes}" if takes else line
+    dumped = Path(src) / "transmitted.h5" if kind == "run-dir" else None
+    if wanted == "dump" and dumped is not None and dumped.is_file():
+        line += f" (the gradients it transmitted are the dump {os.fspath(dumped)})"
+    return line

@@ -57,7 +57,8 @@ def test_sniff_kinds(files):
     assert sniff(files / "run" / "config.json") == "run-config"
     assert sniff(files / "run" / "metrics.csv") == "run-file"
     assert sniff(files / "other.h5") == "hdf5"
-    assert sniff(files / "run") is None  # a folder
+    assert sniff(files / "run") == "run-dir"
+    assert sniff(files) is None  # a folder that is not a run
     with open(files / "g.co3", "rb") as f:
         f.read(3)
         assert sniff(f) == "co3"  # a file object is read from its start
@@ -152,3 +153,17 @@ def test_one_of_message():
     assert one_of("mode", "a", ("a", "b")) == "a"
     with pytest.raises(InputError, match=r"^X: mode='c' is not one of a, b$"):
         one_of("mode", "c", ("a", "b"), who="X: ")
+
+
+def test_a_run_folder_where_a_dump_belongs(files, capsys):
+    err = refused(capsys, "fit", files / "run")
+    assert "is a co3 simulate fl run folder, not a gradient dump" in err
+    assert "co3 simulate plot RUN_DIR" in err and "transmitted.h5" not in err
+    (files / "run" / "transmitted.h5").write_bytes((files / "dump.h5").read_bytes())
+    try:
+        err = refused(capsys, "fit", files / "run")
+        assert f"the dump {files / 'run' / 'transmitted.h5'}" in err, err
+    finally:
+        (files / "run" / "transmitted.h5").unlink()
+    err = refused(capsys, "fit", files)
+    assert "is a directory" in err

@@ -61,7 +61,8 @@ class Dump:
             if not Path(file_path).exists():
                 raise InputError(f"dump {self.label} does not exist")
             if Path(file_path).is_dir():
-                raise InputError(f"dump {self.label} is a directory, not a file")
+                raise InputError(misplaced(file_path, self.label, "dump")
+                                 or f"dump {self.label} is a directory, not a file")
         else:
             raise InputError(f"dump input {path!r} is not a path, '-' or a binary file object")
         try:
