@@ -107,3 +107,40 @@ def test_refuses_what_the_callback_sets_itself():
 
     with pytest.raises(InputError, match="optimizer/average are not accepted"):
         RecordGradients("x.h5", average=True)
+
+
+class Manual(Net):
+    """Manual optimization: backward, clip and step in training_step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        self.losses.append(float(loss.detach()))
+        opt.zero_grad()
+        self.manual_backward(loss)
+        self.clip_gradients(opt, gradient_clip_val=CLIP, gradient_clip_algorithm="norm")
+        self.after.append(self._grads())
+        opt.step()
+        return loss
+
+
+def test_manual_optimization(tmp_path):
+    x = torch.randn(32, 6, generator=torch.Generator().manual_seed(5))
+    y = (x[:, 0] > 0).long()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+    model, path = Manual(), tmp_path / "grads.h5"
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[RecordGradients(path)])
+    trainer.fit(model, loader)
+    steps, loss, grads, _ = _rows(path)
+    assert steps.tolist() == [0, 1, 2, 3]
+    for i, after in enumerate(model.after):
+        for name, g in after.items():
+            assert np.array_equal(grads[name][i], g)
+    assert np.allclose(loss, model.losses, rtol=1e-6)
