@@ -70,15 +70,13 @@ def shown_flags(r: dict, primary: str) -> str:
 
 def flag_notes(res: dict) -> list[str]:
     """The lines under ``co3 fit``'s table: each switched best model, then the legend of the
-    flags that occur."""
+    flags its flags column shows."""
     from co3cli.models.flags import FLAGS
 
     notes, seen = [], set()
     for r in res["fits"]:
         where = r["layer"] + ("" if r["step"] is None else f"@{r['step']}")
-        seen.update(r["flags"])
-        for m in r["models"].values():
-            seen.update(m["flags"])
+        seen.update(f.rsplit(":", 1)[-1] for f in shown_flags(r, res["models"][0]).split(","))
         s = r.get("switched")
         if s:
             notes.append(f"* {where}: best switched from {s['from']} to {s['to']}: {s['from']} "
