@@ -81,6 +81,7 @@ from co3cli.dump.schema import describe_target
 from co3cli.errors import InputError
 from co3cli.fileio import progress_bar
 from co3cli.recorder import NONFINITE_POLICIES, GradientRecorder
+from co3cli.registry import one_of
 from co3cli.tasks import (
     TorchThreads, build_model, check_optimizer, epoch_batches, get_task, load_task_data,
     make_optimizer,
@@ -134,9 +135,7 @@ def check_run_options(steps, epochs, every, seed, on_nonfinite) -> tuple[int | N
         epochs = check_int("epochs", epochs, 1)
     check_int("every", every, 1)
     check_int("seed", seed, 0)
-    if on_nonfinite not in NONFINITE_POLICIES:
-        allowed = ", ".join(map(repr, NONFINITE_POLICIES))
-        raise InputError(f"on_nonfinite={on_nonfinite!r} is not one of {allowed}")
+    one_of("on_nonfinite", on_nonfinite, NONFINITE_POLICIES)
     return steps, epochs
 
 

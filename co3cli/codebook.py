@@ -72,8 +72,23 @@ class Codebook:
         layers = self.doc["layers"]
         entry = layers.get(name, layers.get(POOLED))
         if entry is None:
-            raise InputError(f"the codebook has no table for layer {name!r} and no pooled '*' table")
+            have = ", ".join(sorted(layers)[:6]) + (" ..." if len(layers) > 6 else "")
+            raise InputError(f"the codebook has no table for layer {name!r} (it has: {have}) and no "
+                             "pooled '*' table; build one that covers every layer with: "
+                             f"{self.pooled_command()}")
         return self.coder.table_from_ints(entry["table"])
+
+    def pooled_command(self, dump: str = "DUMP", output: str = "book.json") -> str:
+        """The ``co3 codebook build`` line that makes a pooled (``*``) book of this one's kind."""
+        coder = self.doc["coder"]
+        parts = ["co3 codebook build", dump, "--pooled", "--format", self.format_id,
+                 "--coder", coder["id"], "--model", self.doc["model"]]
+        if self.doc["scale_rule"] not in ("absmax", "clip"):
+            parts += ["--scale", self.doc["scale_rule"]]
+        for key, flag in (("max_len", "--max-len"), ("precision", "--precision")):
+            if key in coder:
+                parts += [flag, str(coder[key])]
+        return " ".join(parts + ["-o", output])
 
     def save(self, f) -> None:
         f.write(json.dumps(self.doc, indent=1, sort_keys=True).encode() + b"\n")
@@ -119,7 +134,9 @@ def _read(path, where: str) -> dict:
     try:
         return json.loads(data)
     except (ValueError, RecursionError):
-        raise InputError(f"{where} is not valid JSON") from None
+        from co3cli.fileio import misplaced
+
+        raise InputError(misplaced(path, where, "codebook") or f"{where} is not valid JSON") from None
 
 
 def _real_or_none(v) -> bool:

@@ -318,3 +318,116 @@ def progress_bar(enabled: bool, desc: str, *, total=None, unit: str = "layer", i
 def progress_iter(it, enabled: bool, desc: str, total=None, unit: str = "layer"):
     """``it`` with a :func:`progress_bar` (``it`` itself when not ``enabled``)."""
     return progress_bar(True, desc, total=total, unit=unit, iterable=it) if enabled else it
+
+
+# -- what a misplaced file is ---------------------------------------------------------------
+# Messages for a co3 file passed where another kind belongs ("book.json is a co3 codebook ...,
+# read by co3 compress --codebook"): the readers of dumps, .co3 files and codebooks call
+# misplaced() when the file is not theirs. Only the first bytes are read (a JSON file whole,
+# up to _SNIFF_JSON: a codebook's "schema" follows its tables).
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+CO3_MAGIC = b"CO3\x89GRD\n"
+"""The first 8 bytes of a ``.co3`` file (``co3cli.container`` writes and checks them)."""
+_SNIFF_JSON = 64 << 20
+
+KINDS: dict[str, tuple[str, str]] = {
+    "dump": ("a co3 gradient dump (HDF5, co3.gradients/1)",
+             "co3 fit, co3 compress, co3 report and co3 codebook build DUMP"),
+    "co3": ("a compressed .co3 file",
+            "co3 decompress, co3 inspect and co3 report FILE.co3"),
+    "codebook": ("a co3 codebook (JSON, co3.codebook/1)",
+                 "co3 compress --codebook BOOK and co3 codebook show BOOK"),
+    "run-config": ("the config.json of a co3 simulate fl run",
+                   "co3 simulate plot RUN_DIR and co3 simulate clock RUN_DIR (the run folder), "
+                   "co3 simulate fl --config FILE (to run it again)"),
+    "run-file": ("a file of a co3 simulate fl run folder",
+                 "co3 simulate plot RUN_DIR and co3 simulate clock RUN_DIR (the run folder)"),
+    "run-dir": ("a co3 simulate fl run folder",
+                "co3 simulate plot RUN_DIR and co3 simulate clock RUN_DIR"),
+    "uep-train": ("the result JSON of co3 simulate uep train (an output no command reads)", ""),
+    "hdf5": ("an HDF5 file that is not a co3 gradient dump (no root attribute "
+             "schema='co3.gradients/1')", ""),
+}
+"""Kinds :func:`sniff` recognizes -> (what the file is, which commands take it)."""
+
+
+def sniff(src: str | os.PathLike | BinaryIO) -> str | None:
+    """Which of co3's own files ``src`` (a path or a seekable binary file) is: a key of
+    :data:`KINDS`, or None. From the magic bytes (HDF5, ``.co3``), a JSON document's
+    ``schema`` or a run folder's CSV header; a file object is read from its start."""
+    if isinstance(src, (str, os.PathLike)) and Path(src).is_dir():
+        return "run-dir" if (Path(src) / "metrics.csv").is_file() else None
+    try:
+        if hasattr(src, "read"):
+            src.seek(0)
+            return _sniff_open(src, getattr(src, "name", None))
+        with open(src, "rb") as f:
+            return _sniff_open(f, src)
+    except (OSError, ValueError):
+        return None
+
+
+def _sniff_open(f: BinaryIO, path) -> str | None:
+    import json
+    import re
+
+    head = f.read(4096)
+    if head.startswith(HDF5_MAGIC):
+        f.seek(0)
+        return _sniff_hdf5(f)
+    if head.startswith(CO3_MAGIC):
+        return "co3"
+    name = Path(path) if isinstance(path, (str, os.PathLike)) else None
+    if head.lstrip()[:1] == b"{":
+        head += f.read(_SNIFF_JSON)
+        try:
+            doc = json.loads(head)
+            schema = doc.get("schema") if isinstance(doc, dict) else None
+        except (ValueError, RecursionError):
+            found = re.search(rb'"schema"\s*:\s*"([^"]{1,64})"', head)
+            schema = found.group(1).decode("utf-8", "replace") if found else None
+        schema = schema if isinstance(schema, str) else ""
+        for prefix, kind in (("co3.codebook/", "codebook"), ("co3.simulate-fl/", "run-config"),
+                             ("co3.simulate-uep-train/", "uep-train")):
+            if schema.startswith(prefix):
+                return kind
+        if name is not None and name.name == "summary.json" \
+                and (name.parent / "metrics.csv").exists():
+            return "run-file"
+        return None
+    first = head.split(b"\n", 1)[0]
+    if first.startswith(b"round,") and b"uplink_bytes" in first:
+        return "run-file"
+    return None
+
+
+def _sniff_hdf5(f: BinaryIO) -> str | None:
+    import h5py
+
+    try:
+        with h5py.File(f, "r") as h5:
+            schema = h5.attrs.get("schema")
+    except (OSError, RuntimeError):
+        return None  # a damaged HDF5 file: the reader's own message says why
+    if isinstance(schema, bytes):
+        schema = schema.decode("utf-8", "replace")
+    return "dump" if isinstance(schema, str) and schema.startswith("co3.gradients/") else "hdf5"
+
+
+def misplaced(src: str | os.PathLike | BinaryIO, label: str, wanted: str) -> str | None:
+    """``"book.json is a co3 codebook (JSON, co3.codebook/1), not a gradient dump; it is read by
+    co3 compress --codebook BOOK and ..."``, when ``src`` is one of co3's own files of another
+    kind than ``wanted`` (a key of :data:`KINDS`); None when it is not one of them."""
+    kind = sniff(src)
+    if kind is None or kind == wanted:
+        return None
+    what, takes = KINDS[kind]
+    wanted_what = {"dump": "a gradient dump", "co3": "a .co3 file",
+                   "codebook": "a codebook"}.get(wanted, wanted)
+    line = f"{label} is {what}, not {wanted_what}"
+    line = f"{line}; it is read by {takes}" if takes else line
+    dumped = Path(src) / "transmitted.h5" if kind == "run-dir" else None
+    if wanted == "dump" and dumped is not None and dumped.is_file():
+        line += f" (the gradients it transmitted are the dump {os.fspath(dumped)})"
+    return line

@@ -30,6 +30,7 @@ import numpy as np
 
 from co3cli.errors import InputError
 from co3cli.formats import Grid
+from co3cli.registry import spell
 
 TIE_RULE = "nearest, ties to even magnitude index; saturate at +-max; -0 == +0"
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -259,7 +260,7 @@ def quantize_torch(x, grid: Grid, scale) -> np.ndarray:
     import torch
 
     if grid.id not in _TORCH_DTYPES:
-        raise InputError(f"the torch path supports {sorted(_TORCH_DTYPES)}, not {grid.id!r}")
+        raise InputError(f"the torch path supports {spell(sorted(_TORCH_DTYPES))}, not {grid.id!r}")
     t = torch.from_numpy(as_f32_1d(x)) * torch.tensor(_check_scale(scale), dtype=torch.float32)
     if not bool(torch.isfinite(t).all()):
         raise InputError("non-finite value(s) (NaN/Inf, or overflow of x*scale) cannot be quantized")

@@ -30,6 +30,19 @@ from co3cli.errors import InputError
 T = TypeVar("T")
 
 
+def spell(values) -> str:
+    """Values as the CLI spells them: ``a, b, c`` (no brackets, no quotes)."""
+    return ", ".join(str(v) for v in values)
+
+
+def one_of(name: str, value: Any, allowed, who: str = "") -> Any:
+    """``value`` when it is in ``allowed``, else InputError ``{who}name='x' is not one of a, b``:
+    the one message of every fixed-choice option that has no registry of its own."""
+    if value not in tuple(allowed):
+        raise InputError(f"{who}{name}={value!r} is not one of {spell(allowed)}")
+    return value
+
+
 class Registry(Generic[T]):
     """Stable id -> entry (a class, a function or an object with an ``id``), in registration order.
 

@@ -79,10 +79,10 @@ def test_commands_and_json(dump_path, tmp_path, capsys):
     (["compress", "DUMP", "-o", "x.co3", "--model", "cauchy"], 1, "model"),
     (["compress", "DUMP", "-o", "x.co3", "--coder", "huffman", "--precision", "16"], 1, "precision"),
     (["compress", "DUMP", "-o", "x.co3", "--bogus"], 2, "bogus"),
-    (["decompress", "DUMP", "-o", "x.h5"], 1, "magic"),
+    (["decompress", "DUMP", "-o", "x.h5"], 1, "not a .co3 file"),
     (["compress", "BADH5", "-o", "x.co3"], 1, "HDF5"),
     (["fit", "DUMP", "--models", "normal,cauchy"], 1, "cauchy"),
-    (["codebook", "show", "DUMP"], 1, "JSON"),
+    (["codebook", "show", "DUMP"], 1, "not a codebook"),
 ])
 def test_errors_are_one_line_with_exit_codes(dump_path, tmp_path, capsys, monkeypatch, args, code, needle):
     bad = tmp_path / "bad.h5"

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-OPTIONAL = ("flwr", "lightning", "accelerate")  # the optional extras' packages
+OPTIONAL = ("flwr", "lightning", "accelerate", "transformers")  # the optional extras' packages
 
 
 def test_readme_has_python_examples():

@@ -238,7 +238,7 @@ def test_not_hdf5_truncated_missing_and_empty_stdin(tmp_path, monkeypatch):
 
 def test_bad_policy_and_unknown_layer(tmp_path):
     path = _valid(tmp_path / "d.h5")
-    with pytest.raises(InputError, match="nonfinite='skip' is not one of 'error', 'zero'"):
+    with pytest.raises(InputError, match="nonfinite='skip' is not one of error, zero"):
         Dump.open(path, nonfinite="skip")
     with Dump.open(path) as d, pytest.raises(InputError, match="no layer 'fc9.weight'"):
         d.read_layer("fc9.weight")

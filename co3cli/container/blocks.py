@@ -14,8 +14,9 @@ import numpy as np
 from co3cli.container.header import (MAX_CHUNK, MAX_ENTRIES_PER_BYTE, MAX_HEADER, MAX_META,
                                      MAX_TABLE, header_problem, inflate, parse_json)
 from co3cli.errors import CorruptDataError, InputError
+from co3cli.fileio import CO3_MAGIC, misplaced
 
-MAGIC = b"CO3\x89GRD\n"
+MAGIC = CO3_MAGIC  # b"CO3\x89GRD\n"
 END_MAGIC = b"\x89CO3END"
 MAJOR, MINOR = 1, 1  # minor 1: group blocks; a file without one is written as 1.0
 _PRE = struct.Struct("<8sHHI")
@@ -374,7 +375,7 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
     f.seek(0)
     pre = f.read(_PRE.size)
     if len(pre) < _PRE.size or pre[:8] != MAGIC:
-        raise CorruptDataError(f"{name} is not a .co3 file (bad magic)")
+        raise CorruptDataError(misplaced(f, name, "co3") or f"{name} is not a .co3 file (bad magic)")
     _, major, minor, hlen = _PRE.unpack(pre)
     if major != MAJOR:
         raise CorruptDataError(f"{name} has .co3 format version {major}.{minor}; this co3cli reads "

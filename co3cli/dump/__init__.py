@@ -42,6 +42,14 @@ Extensions written by ``co3cli.recorder.GradientRecorder`` (all optional, all st
                        The reader also accepts "float64" (a float64 dataset from another
                        tool; read rounded to float32, as the attribute declares).
 
+Self-description for generic readers (h5ls, h5py, xarray; all optional, ``co3cli.dump.dims``):
+the writers add a root ``description`` (what the file is, the ``len(steps)`` rule, which
+commands read it), a ``description`` on bfloat16 layers (how to view the uint16 patterns), and
+HDF5 dimension scales at the root, outside ``grads``: ``step`` (a copy of ``steps``) and
+``entry_<numel>`` (no data), attached to every layer (xarray's h5netcdf engine shows the dims
+``step`` x ``entry_4096`` instead of ``phony_dim_*``) and to ``steps``/``loss``/``lr``. A
+dimension scale is never a layer, even inside ``grads``.
+
 Layer names are dataset paths relative to ``grads``; the group is walked recursively, so
 ``grads/raw/fc1.weight`` is the layer ``raw/fc1.weight``. Rows are C-order flattenings of the
 parameter (``g.reshape(-1)``). Writers should store float32. The reader's dtype policy: a layer
@@ -79,7 +87,7 @@ leaves a valid dump of the committed steps::
     w.close()
 
 Modules: ``schema`` (the schema string, storage types, the checks the reader and writers
-share), ``reader`` (``Dump``), ``writer`` (``DumpWriter``, ``write_dump``), ``step_writer``
+share), ``dims`` (descriptions and dimension scales), ``reader`` (``Dump``), ``writer`` (``DumpWriter``, ``write_dump``), ``step_writer``
 (``StepWriter``), ``output`` (copying a finished dump to a stream, the disk-space check, the
 gzip rewrite).
 """

@@ -85,11 +85,15 @@ def os_reason(exc: BaseException) -> str:
     return f"{reason} (the partial dump was removed)"
 
 
+_SCALE_ATTRS = ("DIMENSION_LIST", "REFERENCE_LIST", "DIMENSION_LABELS")
+
+
 def gzip_in_place(path: str) -> None:
     """Rewrite the dump at ``path`` with its layers gzip-compressed (shuffle filter), through an
     anonymous file beside it (``fileio.Scratch``) that replaces ``path`` only when complete."""
     import h5py
 
+    from co3cli.dump.dims import attach_dims, is_dimension_scale
     from co3cli.fileio import Scratch
 
     with Scratch(os.path.dirname(os.path.abspath(path))) as tmp, tmp.fileobj("r+b") as out:
@@ -100,10 +104,18 @@ def gzip_in_place(path: str) -> None:
                 if isinstance(obj, h5py.Group):
                     dst.require_group(name).attrs.update(obj.attrs)
                     return
+                if is_dimension_scale(obj):  # made again below (references are per file)
+                    return
                 gz = dict(compression="gzip", shuffle=True) if name.startswith("grads/") else {}
                 dst.create_dataset(name, data=obj[()], maxshape=obj.maxshape,
-                                   chunks=obj.chunks, **gz).attrs.update(obj.attrs)
+                                   chunks=obj.chunks, **gz).attrs.update(
+                    {k: v for k, v in obj.attrs.items() if k not in _SCALE_ATTRS})
 
             src.visititems(copy)
+            layers = []
+            dst["grads"].visititems(
+                lambda n, o: layers.append(n) if isinstance(o, h5py.Dataset) else None)
+            if any(is_dimension_scale(o) for o in src.values() if isinstance(o, h5py.Dataset)):
+                attach_dims(dst, layers, int(dst["steps"].shape[0]))
         out.flush()
         tmp.publish(path)

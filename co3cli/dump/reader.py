@@ -10,6 +10,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from co3cli.dump.dims import DESCRIPTION, is_dimension_scale
 from co3cli.dump.schema import (
     NONFINITE_POLICIES,
     SCHEMA,
@@ -22,7 +23,8 @@ from co3cli.dump.schema import (
     describe_target,
 )
 from co3cli.errors import InputError
-from co3cli.fileio import is_fd_path, spool
+from co3cli.fileio import is_fd_path, misplaced, spool
+from co3cli.registry import one_of
 
 
 class Dump:
@@ -43,10 +45,7 @@ class Dump:
     ):
         import h5py
 
-        if nonfinite not in NONFINITE_POLICIES:
-            raise InputError(
-                f"nonfinite={nonfinite!r} is not one of {', '.join(map(repr, NONFINITE_POLICIES))}"
-            )
+        one_of("nonfinite", nonfinite, NONFINITE_POLICIES)
         self.nonfinite = nonfinite
         self.nonfinite_counts: dict[str, int] = {}
         self._spool = None  # a fileio.Scratch holding piped input
@@ -62,7 +61,8 @@ class Dump:
             if not Path(file_path).exists():
                 raise InputError(f"dump {self.label} does not exist")
             if Path(file_path).is_dir():
-                raise InputError(f"dump {self.label} is a directory, not a file")
+                raise InputError(misplaced(file_path, self.label, "dump")
+                                 or f"dump {self.label} is a directory, not a file")
         else:
             raise InputError(f"dump input {path!r} is not a path, '-' or a binary file object")
         try:
@@ -73,7 +73,8 @@ class Dump:
                 else:
                     self.h5 = h5py.File(file_path, "r")
             except OSError as exc:
-                raise InputError(f"{self.label} is not a readable HDF5 file: {exc}") from exc
+                raise InputError(misplaced(file_path, self.label, "dump")
+                                 or f"{self.label} is not a readable HDF5 file: {exc}") from exc
             self._validate()
         except BaseException:
             self.close()
@@ -129,7 +130,7 @@ class Dump:
             found: list[str] = []
 
             def visit(name: str, obj: Any) -> None:
-                if isinstance(obj, h5py.Dataset):
+                if isinstance(obj, h5py.Dataset) and not is_dimension_scale(obj):
                     found.append(name)
 
             grads.visititems(visit)
@@ -206,6 +207,8 @@ class Dump:
                 self._shapes[name] = shape
             self._layers = order
             self._attrs = {k: decode_attr(v) for k, v in f.attrs.items()}
+            if self._attrs.get("description") == DESCRIPTION:  # the writers' boilerplate, not
+                del self._attrs["description"]                 # provenance to pass on
         except (OSError, KeyError, RuntimeError) as exc:
             raise InputError(f"{where}: cannot read the dump structure: {exc}") from exc
 
@@ -324,7 +327,8 @@ class Dump:
 
     @property
     def attrs(self) -> dict[str, Any]:
-        """Root attributes decoded to str / int / float / bool / lists."""
+        """Root attributes decoded to str / int / float / bool / lists (without the writers'
+        standard ``description``, which is about the file, not its provenance)."""
         return dict(self._attrs)
 
     @property

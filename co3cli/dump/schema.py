@@ -96,8 +96,11 @@ def describe_target(target: Any) -> str:
 
 def provenance(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
     """``attrs`` plus the schema, creation time and versions, unless ``attrs`` gives them."""
+    from co3cli.dump.dims import DESCRIPTION
+
     root = dict(attrs or {})
     root.setdefault("schema", SCHEMA)
+    root.setdefault("description", DESCRIPTION)
     root.setdefault("created", created_timestamp())
     root.setdefault("co3cli_version", __version__)
     if "torch" in sys.modules and "torch_version" not in root:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from co3cli.dump.dims import BF16_DESCRIPTION, attach_dims
 from co3cli.dump.reader import Dump
 from co3cli.dump.schema import (
     STORAGE_DTYPES,
@@ -30,6 +31,7 @@ from co3cli.dump.schema import (
     provenance,
 )
 from co3cli.errors import InputError
+from co3cli.registry import one_of
 
 _CHUNK_BYTES = 1 << 14  # rows per chunk of a small layer: about this many bytes per chunk
 _MAX_CHUNK_ROWS = 64
@@ -82,9 +84,7 @@ class StepWriter:
     ):
         import h5py
 
-        if dtype not in STORAGE_DTYPES:
-            allowed = ", ".join(map(repr, STORAGE_DTYPES))
-            raise InputError(f"dtype={dtype!r} is not one of {allowed}")
+        one_of("dtype", dtype, STORAGE_DTYPES)
         if not layers:
             raise InputError("StepWriter needs at least one layer")
         self.path = Path(os.fspath(path))
@@ -162,6 +162,8 @@ class StepWriter:
             )
             ds.attrs["shape"] = np.asarray(shape, dtype=np.int64)
             ds.attrs["dtype"] = self.dtype
+            if self.dtype == "bfloat16":
+                ds.attrs["description"] = BF16_DESCRIPTION
         self.h5.create_dataset("steps", shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(256,))
 
     def _check_layout(self) -> None:
@@ -341,6 +343,7 @@ class StepWriter:
                 for key in ("loss", "lr"):
                     if key in self.h5 and self.h5[key].shape[0] != self.nrows:
                         self.h5[key].resize(self.nrows, axis=0)
+                attach_dims(self.h5, list(self._layers), self.nrows)
             self.h5.close()
             self.h5 = None
             self._closed = True

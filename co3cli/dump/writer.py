@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from co3cli.dump.dims import attach_dims
 from co3cli.dump.reader import Dump
 from co3cli.dump.schema import attr_value, check_layer_name, describe_target, provenance
 from co3cli.dump.output import copy_to_stream
@@ -226,6 +227,7 @@ class DumpWriter:
                 raise InputError(f"dump {self._label}: no steps were recorded (call set_steps)")
             extra = sorted(n for n in found if n not in set(self._layers))
             self.h5.attrs["layers"] = json.dumps(self._layers + extra)
+            attach_dims(self.h5, self._layers + extra, int(self.h5["steps"].shape[0]))
             self.h5.close()
             self._fobj.flush()
             self._closed = True

@@ -8,6 +8,13 @@
   after ``accelerator.prepare`` (``DistributedDataParallelKwargs(comm_hook=...)`` is ignored
   by Accelerate for anything but its built-in hooks), with the same checkpoint and guard.
 
-Lightning and Accelerate are optional extras (``pip install co3cli[lightning]``,
-``co3cli[accelerate]``); each module imports its framework when imported.
+- :mod:`co3cli.integrations.lightning_record`: ``RecordGradients``, a Lightning callback that
+  records each optimizer step's gradients *after* Lightning's gradient clipping (in
+  ``on_train_batch_end`` of a batch that stepped), with the loss, into a ``co3.gradients/1`` dump.
+- :mod:`co3cli.integrations.hf`: ``RecordGradients``, a ``transformers.TrainerCallback`` that
+  records in ``on_pre_optimizer_step`` (after ``max_grad_norm`` clipping, before the update;
+  transformers >= 4.45), with the loss.
+
+Lightning, Accelerate and transformers are optional extras (``pip install co3cli[lightning]``,
+``co3cli[accelerate]``, ``co3cli[hf]``); each module imports its framework when imported.
 """

@@ -21,6 +21,7 @@ from co3cli.dump.schema import STORAGE_DTYPES, STREAM_RE, attr_value
 from co3cli.errors import InputError
 from co3cli.recorder.background import BackgroundWriter
 from co3cli.recorder.select import select
+from co3cli.registry import one_of
 
 DTYPES = tuple(STORAGE_DTYPES)  # float32, float16, bfloat16
 NONFINITE_POLICIES = ("error", "skip", "record")
@@ -29,9 +30,7 @@ _RESERVED_ATTRS = ("schema", "layers", "streams", "reduction", "aliases", "absen
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise InputError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
-    return value
+    return one_of(name, value, allowed)
 
 
 class GradientRecorder:

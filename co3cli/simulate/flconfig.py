@@ -169,7 +169,7 @@ def straggler_config(cfg: FLConfig, client: int):
     given = dict(cfg.stragglers or {})
     unknown = sorted(set(given) - fields - {"n_workers"})
     if unknown:
-        raise InputError(f"stragglers: unknown field(s) {unknown}; allowed: {sorted(fields)}")
+        raise InputError(f"stragglers: unknown field(s) {unknown}; allowed: {', '.join(sorted(fields))}")
     given.pop("n_workers", None)
     for key in ("windows", "class_sizes", "blocks"):
         if isinstance(given.get(key), list):
