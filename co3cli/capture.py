@@ -79,7 +79,7 @@ from co3cli.checks import check_int
 from co3cli.dump.output import check_space, copy_to_stream, gzip_in_place, human_bytes, os_reason
 from co3cli.dump.schema import describe_target
 from co3cli.errors import InputError
-from co3cli.fileio import progress_bar
+from co3cli.progress import progress_bar
 from co3cli.recorder import NONFINITE_POLICIES, GradientRecorder
 from co3cli.registry import one_of
 from co3cli.tasks import (

@@ -216,7 +216,8 @@ def build(dump, grid, coder, *, model="gennorm-zi", scale_rule=None, pooled=Fals
     ``steps`` (indices into the dump's steps) limits the data used, e.g. ``[0]`` for a
     codebook built on the first step only. ``pooled`` adds one table for all layers (``*``).
     """
-    from co3cli.fileio import created_timestamp, progress_iter
+    from co3cli.fileio import created_timestamp
+    from co3cli.progress import progress_iter
 
     check_model(model)
     rows = None if steps is None else np.asarray(steps, dtype=np.int64)

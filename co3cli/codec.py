@@ -47,8 +47,9 @@ from co3cli.container import Co3Writer, open_co3, plan_config, plan_groups, plan
 from co3cli.container.decode import (block_table, decode_block, iter_decode_block,  # noqa: F401
                                      read_co3_setup)  # (decode_block, iter_decode_block: re-exported)
 from co3cli.errors import InputError
-from co3cli.fileio import created_timestamp, input_path, output_file, progress_iter
+from co3cli.fileio import created_timestamp, input_path, output_file
 from co3cli.formats import get_grid
+from co3cli.progress import progress_iter
 from co3cli.quantize import TIE_RULE, dequantize, dequantize_table
 
 

@@ -305,21 +305,6 @@ def output_scratch(path: str | os.PathLike) -> Iterator[Scratch]:
         tmp.close()
 
 
-def progress_bar(enabled: bool, desc: str, *, total=None, unit: str = "layer", iterable=None,
-                 leave: bool = True):
-    """A tqdm bar on stderr, drawn only when ``enabled`` and stderr is a terminal (a disabled
-    bar still counts and iterates, silently): the one progress helper of every command."""
-    from tqdm import tqdm
-
-    return tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, leave=leave,
-                disable=not (enabled and sys.stderr.isatty()))
-
-
-def progress_iter(it, enabled: bool, desc: str, total=None, unit: str = "layer"):
-    """``it`` with a :func:`progress_bar` (``it`` itself when not ``enabled``)."""
-    return progress_bar(True, desc, total=total, unit=unit, iterable=it) if enabled else it
-
-
 # -- what a misplaced file is ---------------------------------------------------------------
 # Messages for a co3 file passed where another kind belongs ("book.json is a co3 codebook ...,
 # read by co3 compress --codebook"): the readers of dumps, .co3 files and codebooks call

@@ -13,7 +13,7 @@ from co3cli.registry import spell
 def fit_dump(src, model_ids, *, per_step=False, layers="*", nonfinite="error", progress=False) -> dict:
     """Per layer (pooled over steps, or per step): parameters, zero fraction, GoF, best by AIC."""
     from co3cli import models
-    from co3cli.fileio import progress_iter
+    from co3cli.progress import progress_iter
     from co3cli.dump import Dump
 
     if not model_ids:

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from co3cli import __version__
-from co3cli.coding.lossless import LAYOUTS, LosslessCoder, LosslessTable, fit_table
+from co3cli.coding.lossless import LAYOUTS, LosslessCoder, fit_table
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.fileio import created_timestamp, output_file, progress_iter
+from co3cli.fileio import created_timestamp, output_file
 from co3cli.formats import get_lossless
+from co3cli.progress import progress_iter
 
 STORED = ("float32", "bfloat16", "float16")
 _IDS = {"float32": "f32-lossless", "bfloat16": "bf16-lossless", "float16": "f16-lossless"}

@@ -87,7 +87,7 @@ def report_co3(path, name: str | None = None, progress: bool = False, keep_hist:
     ``keep_hist`` adds each layer's symbol counts and model pmf under ``hist`` (for plots).
     """
     from co3cli.codec import decode_block, read_co3_setup
-    from co3cli.fileio import progress_iter
+    from co3cli.progress import progress_iter
 
     with input_path(path, ".co3 file") as p, open(p, "rb") as f:
         co3 = open_co3(f, name or str(path))

@@ -16,8 +16,8 @@ PKG = Path(__file__).resolve().parents[1] / "co3cli"
 LAYERS = {
     0: ("errors", "registry", "checks", "varint", "formats", "quantize", "scales", "models",
         "mixture", "coding", "tables"),
-    1: ("fileio", "container", "dump", "data", "codec", "codebook", "fitting", "report",
-        "inspection", "plot", "lossless"),
+    1: ("fileio", "progress", "container", "dump", "data", "codec", "codebook", "fitting",
+        "report", "inspection", "plot", "lossless"),
     2: ("compressors",),
     3: ("ddp", "fsdp", "integrations", "recorder", "capture", "tasks", "jobs", "simulate", "demo",
         "flower"),

@@ -36,7 +36,11 @@ from co3cli.errors import Co3Error
 app = typer.Typer(
     name="co3",
     help="How many bits does a gradient really need? Capture, fit, codebook, compress, "
-         "decompress and report gradient dumps (GenNorm models, fp8/fp4 grids, Huffman/ANS).",
+         "decompress and report gradient dumps (GenNorm models, fp8/fp4 grids; coders ans, "
+         "huffman and the context coder ctx, the smallest files); simulate federated training "
+         "through the codec and stragglers.\n\n"
+         "Example: co3 samples && co3 compress sample_data/mnist5k-mlp.h5 -o g.co3 --coder ctx"
+         "\n\nExample: co3 demo --out demo/",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -10,7 +10,9 @@ import typer
 from co3cli.cli.common import (CoderOpt, FormatOpt, JsonOpt, MaxLenOpt, ModelOpt, NonfiniteOpt,
                                PrecisionOpt, QuietOpt, ScaleOpt, coder_params, emit, emit_json)
 
-codebook_app = typer.Typer(help="Build and show codebooks (integer tables frozen from a model).",
+codebook_app = typer.Typer(help="Build and show codebooks (integer tables frozen from a model)."
+                           "\n\nExample: co3 codebook build sample_data/mnist5k-mlp.h5 -o "
+                           "book.json && co3 codebook show book.json",
                            no_args_is_help=True)
 
 

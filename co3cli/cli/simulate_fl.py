@@ -19,8 +19,10 @@ from co3cli.cli.common import (
 from co3cli.cli.simulate_clock import LINKS, link_overrides, simulate_clock_cli
 from co3cli.plot import require_matplotlib
 
-simulate_app = typer.Typer(help="Simulate training through the codec: federated (fl, plot) "
-                           "and against stragglers (uep).",
+simulate_app = typer.Typer(help="Simulate training through the codec: federated (fl, plot, "
+                           "clock) and against stragglers (uep).\n\nExample: co3 simulate fl "
+                           "-c co3 --format fp4-co3 --gamma 0.7 --lr 0.3 -o run/ && co3 "
+                           "simulate plot run/ -o run.png",
                            no_args_is_help=True)
 
 O = typer.Option
@@ -139,7 +141,7 @@ def simulate_fl_cli(
     """Federated training where every upload is really compressed, sent as bytes and decoded.
 
     Example: co3 simulate fl --task mnist5k-mlp --clients 10 --rounds 200 --compressor co3
-    --format fp4-co3 --gamma 0.7 --coder ans --seed 0 -o run/
+    --format fp4-co3 --gamma 0.7 --coder ans --lr 0.3 --seed 0 -o run/
 
     Example: co3 simulate fl -c co3 --format fp4-co3 --sweep gamma=0,0.5,0.7,0.9,1 -o sweep/
 
@@ -154,6 +156,7 @@ def simulate_fl_cli(
 
     Example: co3 simulate fl -c co3 --format fp4-co3 --uplink lognormal:10mbit:0.5 --downlink 10x
     --latency 20ms --target 0.9 -o run/
+
     Example: co3 simulate fl --entry examples/fl_job.py:make_task --clients 5 -c co3 -o mine/
     """
     from co3cli.simulate.flconfig import OPTIONS, resolve_config

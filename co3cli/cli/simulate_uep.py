@@ -17,7 +17,8 @@ from co3cli.cli.common import JsonOpt, QuietOpt, emit, kind_choices, torch_one_t
 from co3cli.plot import require_matplotlib
 
 uep_app = typer.Typer(help="UEP-coded matrix multiplication against stragglers: exact "
-                       "analysis, Monte Carlo, coded back-propagation.", no_args_is_help=True)
+                       "analysis, Monte Carlo, coded back-propagation.\n\nExample: co3 "
+                       "simulate uep analyze --workers 30 --json", no_args_is_help=True)
 
 _UEP_SETTING = dict(
     windows=typer.Option("0.40,0.35,0.25", "--windows", help="Window probabilities Gamma "

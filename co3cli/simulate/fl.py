@@ -373,7 +373,7 @@ class RunLog:
         doc.update(extra_config or {})
         (out / "config.json").write_text(json.dumps(doc, indent=2) + "\n")
         self.writer = open_dump(sim, out, engine) if engine == "in-process" else None
-        from co3cli.fileio import progress_bar
+        from co3cli.progress import progress_bar
 
         self.bar = progress_bar(progress, f"fl {sim.cfg.compressor}", total=sim.cfg.rounds,
                                 unit="round", leave=False)
@@ -418,12 +418,12 @@ class RunLog:
         self.rounds_done = r + 1
         if on_round is not None:
             on_round(row)
-        self.bar.update(1)
-        if not self.bar.disable:
+        if not self.bar.disable:  # the postfix first: a heartbeat line prints on update
             post = {"loss": f"{row['train_loss']:.3f}", "bpe": f"{row['uplink_bits_per_entry']:.3f}"}
             if self.final is not None:
                 post["acc"] = f"{self.final:.4f}"
             self.bar.set_postfix(post, refresh=False)
+        self.bar.update(1)
 
     def close(self) -> None:
         self.csv_file.close()

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import csv
 import math
-import sys
 import time
 import types
 from dataclasses import asdict, dataclass
@@ -59,6 +58,7 @@ import numpy as np
 
 from co3cli.checks import check_int, check_int_list, check_real
 from co3cli.errors import InputError
+from co3cli.progress import progress_bar
 from co3cli.simulate.uep.codes import CODES, Code, get_code
 from co3cli.simulate.uep.latency import Latency, check_deadline
 from co3cli.simulate.uep.matmul import IMPORTANCE, MODES, check_partition, coded_matmul
@@ -383,6 +383,8 @@ def train_coded(task: str, straggler: StragglerConfig | None, *, steps: int, bat
                   straggler=None if straggler is None else straggler.to_dict())
     runner = CodedBackprop(straggler) if straggler is not None else None
     fh = writer = None
+    bar = progress_bar(progress, "uep train " + ("exact" if straggler is None else straggler.scheme),
+                       total=steps, unit="step")
     if out_csv is not None:
         fh = open(out_csv, "w", newline="")
         writer = csv.writer(fh)
@@ -448,13 +450,15 @@ def train_coded(task: str, straggler: StragglerConfig | None, *, steps: int, bat
                     evals.append(ev)
                     if hit is None and target_accuracy is not None and acc >= target_accuracy:
                         hit = ev
-                    if progress:  # progress goes to stderr: stdout stays for --json
-                        print(f"step {step:5d}  loss {loss_v:.4f}  acc {acc:.4f}  sim {clock:.2f}s",
-                              file=sys.stderr, flush=True)
+                    if not bar.disable:  # on stderr (a bar, or a heartbeat line when piped)
+                        bar.set_postfix({"loss": f"{loss_v:.4f}", "acc": f"{acc:.4f}",
+                                         "sim": f"{clock:.2f}"}, refresh=False)
                 if writer is not None:
                     writer.writerow([_fmt(v) for v in (step, loss_v, acc, compute, strag, clock, rec_frac,
                                                        cls, prods, overhead)])
+                bar.update(1)
     finally:
+        bar.close()
         if runner is not None:
             runner.detach()
         if fh is not None:
