@@ -191,11 +191,12 @@ def test_coder_config_and_tables():
 # .co3 files
 
 
-def test_compress_round_trip_version_and_threads(tmp_path, capsys):
+def test_compress_round_trip_version_and_threads(tmp_path, capsys, monkeypatch):
     from co3cli.codec import compress, decompress
     from co3cli.container import open_co3
     from co3cli.dump import Dump, write_dump
 
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")  # the one timestamp
     rng = np.random.default_rng(5)
     layers = {"w": ((rng.standard_normal((1, 600)) * np.exp(rng.normal(0, 1, 600)) *
                      np.ones((7, 1)) + 0.3 * rng.standard_normal((7, 600))).astype(np.float32) * 1e-3,
