@@ -94,7 +94,7 @@ def test_stream_reset_and_errors(rng):
     np.testing.assert_array_equal(dec.decode(p0), sym[0])
     with pytest.raises(CorruptDataError, match=r"ctx-steps payload \(step 1 after its key step\)"):
         dec.decode(p1 + b"\0")  # a byte too many
-    with pytest.raises(InputError, match="reset"):  # a failed step leaves the stream unusable
+    with pytest.raises(CorruptDataError, match="reset"):  # a failed step: unusable until reset
         dec.decode(p1)
     dec.reset()
     np.testing.assert_array_equal(dec.decode(p0), sym[0])
@@ -283,3 +283,81 @@ def test_hostile_step_files(tmp_path, capsys):
         h["coder"]["key_every"] = "x"
     _refused(tmp_path, capsys, _steps_file(header_edit=bad), [("inspect", "--decode")],
              "key_every")
+
+
+# ------------------------------------------------------------------------------------------
+# In-training streams: the co3 compressor with coder="ctx-steps"
+
+
+def _rounds(nrounds, n=600, seed=3):
+    rng = np.random.default_rng(seed)
+    base_scale = np.exp(rng.normal(0, 1, n))
+    return [(base_scale * rng.standard_normal(n) * 1e-3).astype(np.float32) for _ in range(nrounds)]
+
+
+def test_co3_ctx_steps_stream_round_trips_and_pays():
+    from co3cli.compressors import get_compressor
+
+    vs = _rounds(12)
+    sizes = {}
+    for coder in ("ctx", "ctx-steps"):
+        comp = get_compressor("co3", coder=coder, refit_every=6)
+        send, recv = {"cols": 30}, {"cols": 30}
+        total = 0
+        for r, v in enumerate(vs):
+            pk = comp.compress(v, send, np.random.default_rng(r))
+            assert np.array_equal(comp.decompress(pk.payload, v.size, recv), pk.v_hat)
+            total += len(pk.payload)
+            if coder == "ctx-steps":
+                assert pk.payload[0] >> 1 == r % 6  # the stream position; 0 at every refit
+        sizes[coder] = total
+    assert sizes["ctx-steps"] < sizes["ctx"]
+
+
+def test_co3_ctx_steps_export_import_same_bytes_and_lost_state_refused():
+    from co3cli.compressors import get_compressor
+
+    vs = _rounds(5)
+    comp = get_compressor("co3", coder="ctx-steps")
+    send, recv = {"cols": 30}, {"cols": 30}
+    payloads = [comp.compress(v, send, None).payload for v in vs[:3]]
+    for p in payloads:
+        comp.decompress(p, 600, recv)
+    send2 = comp.import_state(comp.export_state(send))
+    recv2 = comp.import_state(comp.export_state(recv))
+    a = comp.compress(vs[3], send, None).payload
+    assert comp.compress(vs[3], send2, None).payload == a  # restored state: the same bytes
+    np.testing.assert_array_equal(comp.decompress(a, 600, recv2), comp.decompress(a, 600, recv))
+    # a receiver that lost its state (or is a step behind) refuses, in one line
+    with pytest.raises(CorruptDataError, match="receiver's stream is at 0"):
+        comp.decompress(a, 600, {"cols": 30, "table": recv["table"]})
+    with pytest.raises(CorruptDataError, match="ctx-steps packet 2 step.*stream is at 4"):
+        comp.decompress(payloads[2], 600, comp.import_state(comp.export_state(recv)))
+    for bad in (b"", b"\x05", comp.export_state(send)["stream"][:-1]):
+        doc = comp.export_state(send)
+        doc["stream"] = bad
+        with pytest.raises(CorruptDataError, match="ctx-steps stream"):
+            comp.import_state(doc)
+
+
+def test_co3_ctx_steps_truncations_are_corrupt():
+    from co3cli.compressors import get_compressor
+
+    vs = _rounds(2, n=40)
+    comp = get_compressor("co3", coder="ctx-steps")
+    send, recv = {}, {}
+    p0 = comp.compress(vs[0], send, None).payload
+    p1 = comp.compress(vs[1], send, None).payload
+    comp.decompress(p0, 40, recv)
+    saved = comp.export_state(recv)
+    for cut in range(len(p1)):
+        with pytest.raises(CorruptDataError):
+            comp.decompress(p1[:cut], 40, comp.import_state(saved))
+    with pytest.raises(CorruptDataError):
+        comp.decompress(p1 + b"\0", 40, comp.import_state(saved))
+    # ans keeps refusing flags beyond the table bit
+    ans = get_compressor("co3")
+    pa = bytearray(ans.compress(vs[0], {}, None).payload)
+    pa[0] |= 2
+    with pytest.raises(CorruptDataError, match="bad payload header"):
+        ans.decompress(bytes(pa), 40, {})

@@ -56,6 +56,7 @@ from co3cli.coding import ctx_steps_kernels as skern
 from co3cli.coding.ctx import CtxCoder, CtxTable
 from co3cli.coding.huffman import as_symbols, check_count
 from co3cli.errors import CorruptDataError, InputError
+from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
 
 __all__ = ["CtxStepsCoder", "CtxStepsTable", "CtxStepsStream", "DEFAULT_KEY_EVERY",
            "key_steps"]
@@ -99,13 +100,48 @@ class CtxStepsStream:
         self.since_key = 0
         self._broken = False
 
+    def to_bytes(self) -> bytes:
+        """The whole state (a checkpoint): ``uvarint`` n, cols, key_every, since_key, broken,
+        then the state arrays and the previous symbols (little-endian, fixed sizes)."""
+        head = uvarints_to_bytes([self.n, self.cols, self.key_every, self.since_key,
+                                  int(self._broken)])
+        return head + b"".join(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+                               for a in (*self._arrays, self._prev))
+
+    @classmethod
+    def from_bytes(cls, table: "CtxStepsTable", data: bytes) -> "CtxStepsStream":
+        """Inverse of :meth:`to_bytes` for the same table (CorruptDataError otherwise)."""
+        data = bytes(data)
+        vals, used = uvarints_from_bytes(data[:45], 5, "ctx-steps stream")
+        n, cols, key_every, since_key, broken = (int(v) for v in vals)
+        if n > 1 << 31 or not 1 <= cols <= max(n, 1) or broken > 1:
+            raise CorruptDataError("ctx-steps stream: bad header")
+        s = cls(table, n, cols, key_every)
+        pos = used
+        for a in (*s._arrays, s._prev):
+            size = a.size * a.itemsize
+            if pos + size > len(data):
+                raise CorruptDataError("ctx-steps stream: truncated")
+            a[:] = np.frombuffer(data, dtype=a.dtype.newbyteorder("<"), count=a.size, offset=pos)
+            pos += size
+        if pos != len(data):
+            raise CorruptDataError(f"ctx-steps stream: {len(data) - pos} trailing bytes")
+        PR, zparent, _, _, col_n = s._arrays[:5]
+        probs = np.concatenate([PR.astype(np.int64), zparent]) >> 8
+        if np.any((probs != 0) & ((probs < kern.PMIN) | (probs > kern.PROB_ONE - kern.PMIN))) \
+                or np.any((col_n < 0) | (col_n > kern.COL_CAP)) or s._prev.max(initial=0) >= table.nsym:
+            raise CorruptDataError("ctx-steps stream: state out of range")
+        s.since_key, s._broken = since_key, bool(broken)
+        return s
+
     @property
     def next_is_key(self) -> bool:
         return self.since_key == 0 or (self.key_every > 0 and self.since_key >= self.key_every)
 
-    def _begin(self) -> bool:
+    def _begin(self, decode: bool) -> bool:
         if self._broken:
-            raise InputError("ctx-steps stream: a step failed; reset() before coding more")
+            raise (CorruptDataError if decode else InputError)(
+                "ctx-steps stream: a step failed; reset() before coding more")
         key = self.next_is_key
         if key:
             PR, zparent, minit, *rest = self._arrays
@@ -129,7 +165,7 @@ class CtxStepsStream:
         sym = as_symbols(sym)
         if sym.size != self.n:
             raise InputError(f"sym: {sym.size} symbols; this stream codes {self.n} per step")
-        key = self._begin()
+        key = self._begin(False)
         saved = [a.copy() for a in self._arrays]
         cap = sym.size + 64
         while True:
@@ -151,7 +187,7 @@ class CtxStepsStream:
     def decode(self, payload: bytes) -> np.ndarray:
         """Decode the next step from exactly all of ``payload`` (:class:`CorruptDataError`
         otherwise, and the stream then needs :meth:`reset`)."""
-        key = self._begin()
+        key = self._begin(True)
         data = np.frombuffer(bytes(payload), dtype=np.uint8).copy()
         out = np.zeros(self.n, dtype=np.uint16)
         status, _ = skern.decode_steps_kernel(out, self._prev, not key, data, *self._model())
