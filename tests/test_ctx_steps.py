@@ -361,3 +361,25 @@ def test_co3_ctx_steps_truncations_are_corrupt():
     pa[0] |= 2
     with pytest.raises(CorruptDataError, match="bad payload header"):
         ans.decompress(bytes(pa), 40, {})
+
+
+def test_group_blocks_with_ctx_steps(tmp_path, monkeypatch):
+    """Small layers pooled into a group block (one table), each member coded in steps."""
+    from co3cli.codec import compress, decompress
+    from co3cli.container import open_co3
+    from co3cli.dump import Dump, write_dump
+
+    rng = np.random.default_rng(9)
+    layers = {f"b{k}.bias": ((rng.standard_normal((1, 16)) + 0.2 * rng.standard_normal((5, 16)))
+                             .astype(np.float32) * 1e-2, (16,)) for k in range(9)}
+    src = tmp_path / "d.h5"
+    write_dump(src, layers, steps=np.arange(5))
+    for coder in ("ctx", "ctx-steps"):
+        compress(src, tmp_path / f"{coder}.co3", coder=coder)
+        decompress(tmp_path / f"{coder}.co3", tmp_path / f"{coder}.h5")
+    with open(tmp_path / "ctx-steps.co3", "rb") as f:
+        co3 = open_co3(f)
+        assert co3.version == (1, 2) and {b.group for b in co3.layers()} == {0}
+    with Dump.open(tmp_path / "ctx.h5") as a, Dump.open(tmp_path / "ctx-steps.h5") as b:
+        for name in a.layers:
+            assert np.array_equal(a.read_layer(name).view(np.uint32), b.read_layer(name).view(np.uint32))
