@@ -43,7 +43,8 @@ from co3cli import codebook as cb
 from co3cli import tables
 from co3cli.checks import check_int
 from co3cli.coding import get_coder, row_length
-from co3cli.container import Co3Writer, open_co3, plan_config, plan_groups, plan_units
+from co3cli.container import (Co3Writer, open_co3, plan_config, plan_groups, plan_units,
+                              step_context)
 from co3cli.container.decode import (block_table, decode_block, iter_decode_block,  # noqa: F401
                                      read_co3_setup)  # (decode_block, iter_decode_block: re-exported)
 from co3cli.errors import InputError
@@ -315,9 +316,18 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
                              f"{grid.id}; rebuild it with a model (every symbol codable)")
     meta = {**meta, **_fallback_meta(infos)}
     cols = row_length(shape, data.shape[1])
-    parts = map_rows(workers, *data.shape,
+    return EncodedLayer(meta, table, scales, encode_bodies(table, sym, cols, workers), counts)
+
+
+def encode_bodies(table, sym: np.ndarray, cols: int, workers: Workers | None = None) -> list:
+    """One payload per step (row of ``sym``). A table with context across steps
+    (``encode_steps``: ``ctx-steps``) codes each key group in order, the groups shared among
+    the workers; any other codes every step alone, the rows shared among them."""
+    if hasattr(table, "encode_steps"):
+        return table.encode_steps(sym, cols, run=None if workers is None else workers.run)
+    parts = map_rows(workers, *sym.shape,
                      lambda lo, hi: [table.encode(row, cols=cols) for row in sym[lo:hi]])
-    return EncodedLayer(meta, table, scales, [b for part in parts for b in part], counts)
+    return [b for part in parts for b in part]
 
 
 @dataclass
@@ -344,7 +354,7 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     for k, ((sym, infos, c), scales) in enumerate(zip(quantized, scaless)):
         cols = row_length(None if shapes is None else shapes[k], sym.shape[1])
         members.append(EncodedLayer(_fallback_meta(infos), table, scales,
-                                    [table.encode(row, cols=cols) for row in sym], c))
+                                    encode_bodies(table, sym, cols), c))
     return EncodedGroup(meta, table, members)
 
 
@@ -424,7 +434,7 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
             plan_groups(names, [dump.numel(n) for n in names], len(dump.steps))
         if groups:
             header["small_layers"] = plan_config()
-        writer = Co3Writer(f, header, groups=bool(groups))
+        writer = Co3Writer(f, header, groups=bool(groups), step_context=step_context(header))
         result = CodecResult(str(dst), 0, 0)
         done_layers: dict[int, dict] = {}
 
@@ -479,6 +489,11 @@ def decode_values(block, grid, coder, numel: int, shape=None,
     table = block_table(block, grid, coder)
     cols = row_length(shape, numel)
     values = np.empty((len(block.bodies), numel), dtype=np.float32)
+    if hasattr(table, "decode_steps"):  # context across steps: key groups in parallel
+        sym = table.decode_steps(block.bodies, numel, cols, None if workers is None else workers.run)
+        for t in range(len(block.bodies)):
+            values[t] = dequantize(sym[t], grid, block.scales[t])
+        return values
 
     def rows(lo, hi):
         for t in range(lo, hi):

@@ -17,6 +17,11 @@ ThreadsOpt = typer.Option(None, "--threads",
                                "core this process may use; 1: no threads). The output is the "
                                "same for any number.")
 
+KeyEveryOpt = typer.Option(None, "--key-every",
+                           help="ctx-steps: a key step (decodable alone) every K steps; the "
+                                "others are coded given the previous step (default 16; 0: the "
+                                "first step only).")
+
 
 def compress_cli(
     input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
@@ -28,16 +33,20 @@ def compress_cli(
                                                  "rule, coder and tables)."),
     max_len: Optional[int] = MaxLenOpt, precision: Optional[int] = PrecisionOpt,
     nonfinite: str = NonfiniteOpt, threads: Optional[int] = ThreadsOpt, json_out: bool = JsonOpt,
-    quiet: bool = QuietOpt,
+    quiet: bool = QuietOpt, key_every: Optional[int] = KeyEveryOpt,
 ):
     """Quantize and entropy-code a gradient dump into a .co3 file.
 
     Example: co3 compress sample_data/mnist5k-mlp.h5 -o grads.co3 --format fp4-co3 --coder ans
+
+    Example: co3 compress dump.h5 -o grads.co3 --coder ctx-steps --key-every 16
     """
     from co3cli.codec import compress
 
+    params = {**coder_params(max_len, precision),
+              **({} if key_every is None else {"key_every": key_every})}
     res = compress(input, output, format=format, scale=scale, coder=coder,
-                   coder_params=coder_params(max_len, precision), model=model, codebook=codebook,
+                   coder_params=params, model=model, codebook=codebook,
                    nonfinite=nonfinite, progress=not quiet, threads=threads)
     replaced = f", {res.nonfinite_replaced} NaN/Inf set to 0" if res.nonfinite_replaced else ""
     summary(res, output, json_out, quiet, f"{input} -> {output}: {res.entries} entries, "

@@ -54,6 +54,9 @@ CODERS.register_lazy("huffman", "co3cli.coding.huffman:HuffmanCoder",
                      doc="canonical length-limited Huffman, at least 1 bit per entry")
 CODERS.register_lazy("ctx", "co3cli.coding.ctx:CtxCoder",
                      doc="context-adaptive range coder: smallest files, 10-25x slower than ans")
+CODERS.register_lazy("ctx-steps", "co3cli.coding.ctx_steps:CtxStepsCoder",
+                     doc="ctx conditioned on the previous step of the same tensor (a key step "
+                         "every key_every)")
 
 
 def get_coder(id: str, **params):

@@ -131,6 +131,8 @@ class CtxTable:
 
     Every symbol is codable, whatever its prior frequency (0 included)."""
 
+    MODEL_VERSION = MODEL_VERSION  # a subclass with another model stores its own
+
     def __init__(self, freqs, precision: int = 16, limit: int = 60):
         precision = check_precision(precision)
         self._limit = check_limit(limit)
@@ -266,7 +268,7 @@ class CtxTable:
 
     def to_bytes(self) -> bytes:
         """``[version, precision, limit] + prior freqs as LEB128 varints``."""
-        return bytes([MODEL_VERSION, self._precision, self._limit]) + uvarints_to_bytes(
+        return bytes([self.MODEL_VERSION, self._precision, self._limit]) + uvarints_to_bytes(
             self._freqs)
 
     @classmethod
@@ -277,9 +279,9 @@ class CtxTable:
         if len(data) < 3:
             raise CorruptDataError(f"ctx table: {len(data)} bytes, need at least 3")
         version, precision, limit = data[0], data[1], data[2]
-        if version != MODEL_VERSION:
+        if version != cls.MODEL_VERSION:
             raise CorruptDataError(f"ctx table: model version {version}, this co3cli "
-                                   f"reads version {MODEL_VERSION}")
+                                   f"reads version {cls.MODEL_VERSION} for this coder")
         if precision not in range(8, 25):
             raise CorruptDataError(f"ctx table: precision byte must be 8..24, got {precision}")
         if limit not in LIMIT_RANGE:
@@ -296,6 +298,7 @@ class CtxCoder(Configurable):
 
     id, kind = "ctx", "coder"
     PARAMS = {"precision": 16, "limit": 60}
+    TABLE = CtxTable
 
     def check(self) -> None:
         self.params["precision"] = self.precision = check_precision(self.params["precision"])
@@ -303,17 +306,23 @@ class CtxCoder(Configurable):
 
     def table_from_weights(self, weights) -> CtxTable:
         """Prior from a pmf or counts (``quantize_freqs`` at this precision)."""
-        return CtxTable(quantize_freqs(weights, self.precision), self.precision, self.limit)
+        return self._table(quantize_freqs(weights, self.precision))
 
     def table_from_ints(self, freqs) -> CtxTable:
         """Table from integer prior frequencies (as saved in a codebook file)."""
-        return CtxTable(freqs, self.precision, self.limit)
+        return self._table(freqs)
+
+    def _table(self, freqs) -> CtxTable:
+        return self.TABLE(freqs, self.precision, self.limit)
 
     def table_from_bytes(self, data: bytes, nsym: int) -> CtxTable:
-        table = CtxTable.from_bytes(data, nsym)
+        table = self._from_bytes(data, nsym)
         if (table.precision, table.limit) != (self.precision, self.limit):
             raise CorruptDataError(
                 f"ctx table: stored precision={table.precision}, limit={table.limit}; "
                 f"coder config says {self.precision}, {self.limit}"
             )
         return table
+
+    def _from_bytes(self, data: bytes, nsym: int) -> CtxTable:
+        return self.TABLE.from_bytes(data, nsym)

@@ -15,6 +15,17 @@
 ``ctx``, context-adaptive and several times smaller on gradient matrices, several times slower);
 ``ctx`` takes the ``"cols"`` the transport puts in both states for its 2-D contexts.
 
+``coder="ctx-steps"`` (context across steps, :mod:`co3cli.coding.ctx_steps`): sender and receiver
+each keep the tensor's coding stream in their state (``"stream"``: the model and the last
+decoded symbols), so each call is coded given the previous one. The flags byte then also carries
+the stream position: ``flags = table bit | (steps since the key step mod 128) << 1``. Position 0
+is a key step (coded alone: the receiver resets its stream); every refit (a new table) and every
+``key_every`` calls start one. The receiver checks the position against its own stream: a
+receiver without the previous step (a state lost, or restored from another point) refuses the
+packet with one CorruptDataError line instead of decoding garbage. A client that skips rounds
+keeps its stream, as the server keeps that client's, so they stay in step. ``export_state``
+carries the stream (its bytes), so an exported and re-imported state codes the same bytes.
+
 The sender refits the symbol model (``model``, any of :data:`co3cli.tables.TABLE_MODELS`,
 gennorm-zi by default) and the scale rule every ``refit_every`` calls and sends the new table
 once; in between, the scale follows the gradient's magnitude (``scale = s_fit * rms_fit / rms``:
@@ -59,15 +70,21 @@ class CO3(Compressor):
 
     def export_state(self, state):
         """The table travels as its bytes (``to_bytes``, what a refit payload carries)."""
-        doc = super().export_state({k: v for k, v in state.items() if k != "table"})
+        doc = super().export_state({k: v for k, v in state.items() if k not in ("table", "stream")})
         if "table" in state:
             doc["table"] = state["table"].to_bytes()
+        if "stream" in state:
+            doc["stream"] = state["stream"].to_bytes()
         return doc
 
     def import_state(self, doc):
         state = dict(doc)
         if "table" in state:
             state["table"] = self.coder.table_from_bytes(bytes(state["table"]), self.grid.nsym)
+        if "stream" in state:
+            from co3cli.coding.ctx_steps import CtxStepsStream
+
+            state["stream"] = CtxStepsStream.from_bytes(state["table"], bytes(state["stream"]))
         return state
 
     def check(self) -> None:
@@ -81,6 +98,7 @@ class CO3(Compressor):
         try:
             self.grid = get_grid(p["format"])
             self.coder = CODERS.build(p["coder"])
+            self.steps = hasattr(getattr(self.coder, "TABLE", None), "stream")  # ctx-steps
             TABLE_MODELS.check(p["model"])
             if p["scale"] is not None:  # validated once, on a tiny tensor
                 compute_scale(np.ones(4, np.float32), self.grid, p["scale"])
@@ -121,12 +139,36 @@ class CO3(Compressor):
             scale = self._scale(state, rms)
             sym, counts = quantize(v, self.grid, scale, with_counts=True)
         state["calls"] += 1
-        head = struct.pack("<Bf", 1 if table_bytes else 0, scale)
+        pos, stream = 0, None
+        if hasattr(state["table"], "stream"):  # context across steps: the stream's position
+            stream = self._stream(state, sym.size, bool(table_bytes))
+            pos = 0 if stream.next_is_key else stream.since_key % 128
+        head = struct.pack("<Bf", (1 if table_bytes else 0) | pos << 1, scale)
         if table_bytes:
             head += uvarints_to_bytes([len(table_bytes)]) + table_bytes
-        body = state["table"].encode(sym, cols=state.get("cols"))
+        body = (state["table"].encode(sym, cols=state.get("cols")) if stream is None
+                else stream.encode(sym))
         return Packet(head + body, dequantize(sym, self.grid, scale), entropy_bits(counts),
                       scale_fallbacks=fell_back)
+
+    @staticmethod
+    def _stream(state: dict, numel: int, new_table: bool):
+        """The state's ``ctx-steps`` stream (a new one with a new table or another size)."""
+        stream = state.get("stream")
+        if new_table or stream is None or stream.n != numel:
+            stream = state["stream"] = state["table"].stream(numel, state.get("cols"))
+        return stream
+
+    def _stream_decode(self, state: dict, pos: int, body: bytes, numel: int, new_table: bool):
+        stream = self._stream(state, numel, new_table)
+        if pos == 0:
+            stream.reset()
+        elif stream.next_is_key or stream.since_key % 128 != pos:
+            raise CorruptDataError(
+                f"co3: ctx-steps packet {pos} step(s) after its key step, this receiver's stream "
+                f"is at {0 if stream.next_is_key else stream.since_key % 128} (a state lost or "
+                "restored out of step; the sender's next key step resynchronises)")
+        return stream.decode(body)
 
     @staticmethod
     def _uncodable(state: dict) -> np.ndarray:
@@ -147,16 +189,19 @@ class CO3(Compressor):
         if len(payload) < 5:
             raise CorruptDataError(f"co3: payload of {len(payload)} bytes is truncated")
         flags, scale = struct.unpack_from("<Bf", payload, 0)
-        if flags not in (0, 1) or not (math.isfinite(scale) and scale > 0):
+        if (flags > 1 and not self.steps) or not (math.isfinite(scale) and scale > 0):
             raise CorruptDataError(f"co3: bad payload header (flags {flags}, scale {scale})")
         pos = 5
-        if flags:
+        if flags & 1:
             (n,), used = uvarints_from_bytes(payload[pos:pos + 9], 1, "co3 table length")
             pos += used
             if pos + int(n) > len(payload):
                 raise CorruptDataError("co3: table truncated")
             state["table"] = self.coder.table_from_bytes(payload[pos:pos + int(n)], self.grid.nsym)
             pos += int(n)
+        if self.steps and "table" in state:
+            sym = self._stream_decode(state, flags >> 1, payload[pos:], numel, bool(flags & 1))
+            return dequantize(sym, self.grid, np.float32(scale))
         if "table" not in state:
             raise CorruptDataError("co3: payload needs a table that was never sent")
         table = state["table"]

@@ -33,6 +33,13 @@ and each block ends where the next begins (the last at the trailer). A group's m
 exactly the layers whose offset points at it, in increasing order. A file without a group
 block is written as version 1.0 (the layout above without ``group``, byte for byte).
 
+Context across steps (1.2): with a coder whose config has ``key_every`` K (``ctx-steps``),
+chunk ``t`` of a layer is coded given chunk ``t - 1`` (its symbols and the coder's state), except
+at key steps ``t % K == 0`` (K = 0: chunk 0 only), which decode alone: step ``s`` decodes from
+the chunks of its key step ``K * (s // K)`` through ``s``. The layout is unchanged; only such
+files are written as 1.2 (:func:`step_context` says which), and a reader refuses a header with
+such a coder in a file that says less than 1.2.
+
 A reader accepts major version 1, any minor version (1.0: no group blocks); it verifies the
 file CRC and structure before decoding anything, and each decoder must consume its chunk
 exactly.
@@ -65,10 +72,12 @@ from co3cli.container.blocks import (END_MAGIC, MAGIC, MAJOR, MINOR, Co3File, Co
                                      LayerBlock, open_co3)
 from co3cli.container.header import (MAX_CHUNK, MAX_DEPTH, MAX_DIMS, MAX_ENTRIES,
                                      MAX_ENTRIES_PER_BYTE, MAX_HEADER, MAX_HEADER_JSON, MAX_META,
-                                     MAX_TABLE, header_problem, parse_json)
+                                     MAX_TABLE, STEP_CONTEXT_MINOR, header_problem, parse_json,
+                                     step_context)
 from co3cli.container.plan import plan_config, plan_groups, plan_units
 
 __all__ = ["END_MAGIC", "MAGIC", "MAJOR", "MINOR", "Co3File", "Co3Writer", "LayerBlock",
            "open_co3", "MAX_CHUNK", "MAX_DEPTH", "MAX_DIMS", "MAX_ENTRIES", "MAX_ENTRIES_PER_BYTE",
            "MAX_HEADER", "MAX_HEADER_JSON", "MAX_META", "MAX_TABLE", "header_problem",
-           "parse_json", "plan_config", "plan_groups", "plan_units"]
+           "parse_json", "plan_config", "plan_groups", "plan_units", "STEP_CONTEXT_MINOR",
+           "step_context"]

@@ -12,13 +12,15 @@ from typing import BinaryIO, Iterator
 import numpy as np
 
 from co3cli.container.header import (MAX_CHUNK, MAX_ENTRIES_PER_BYTE, MAX_HEADER, MAX_META,
-                                     MAX_TABLE, header_problem, inflate, parse_json)
+                                     MAX_TABLE, STEP_CONTEXT_MINOR, header_problem, inflate,
+                                     parse_json, step_context)
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.fileio import CO3_MAGIC, misplaced
 
 MAGIC = CO3_MAGIC  # b"CO3\x89GRD\n"
 END_MAGIC = b"\x89CO3END"
-MAJOR, MINOR = 1, 1  # minor 1: group blocks; a file without one is written as 1.0
+MAJOR, MINOR = 1, 2  # minor 1: group blocks; a file without one is written as 1.0;
+# minor 2 (STEP_CONTEXT_MINOR): chunks with context across steps, written only for such coders
 _PRE = struct.Struct("<8sHHI")
 _U32 = struct.Struct("<I")
 _LAYER_HEAD = struct.Struct("<4sII")  # tag, index (a group: its member count), meta_len
@@ -78,9 +80,11 @@ class Co3Writer:
 
     Blocks come in the order of their first layer: :meth:`write_layer` writes the lowest layer
     not yet written; :meth:`write_group` a group whose first member is that layer. ``groups``:
-    whether the file may hold group blocks (written as version 1.1; else 1.0)."""
+    whether the file may hold group blocks (written as version 1.1; else 1.0);
+    ``step_context``: the coder codes each step given the previous one (version 1.2)."""
 
-    def __init__(self, f: BinaryIO, header: dict, groups: bool = False):
+    def __init__(self, f: BinaryIO, header: dict, groups: bool = False,
+                 step_context: bool = False):
         self.w = _CrcWriter(f)
         self.header = header
         self.nlayers = len(header["layers"])
@@ -89,7 +93,8 @@ class Co3Writer:
         self._next = 0
         self._groups = groups
         js = zlib.compress(_json(header), 9)
-        pre = _PRE.pack(MAGIC, MAJOR, MINOR if groups else 0, len(js))
+        minor = STEP_CONTEXT_MINOR if step_context else (1 if groups else 0)
+        pre = _PRE.pack(MAGIC, MAJOR, minor, len(js))
         self.w.write(pre + js + _U32.pack(zlib.crc32(pre + js)))
 
     def _check_chunks(self, idx: int, chunks) -> None:
@@ -392,6 +397,9 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
     problem = header_problem(header)
     if problem:
         raise CorruptDataError(f"{name}: malformed header: {problem}")
+    if step_context(header) and minor < STEP_CONTEXT_MINOR:
+        raise CorruptDataError(f"{name}: coder {header['coder']['id']!r} codes steps in context "
+                               f"but the file says version {major}.{minor} (needs 1.2)")
     nlayers = len(header["layers"])
     if len(header["steps"]) * nlayers > size:
         raise CorruptDataError(f"{name}: header declares {len(header['steps'])} steps x {nlayers} "

@@ -47,6 +47,11 @@ def iter_decode_block(block, grid, coder, numel: int, shape=None):
     """Symbols (numel,) of each step of one verified layer block, in order."""
     table = block_table(block, grid, coder)
     cols = row_length(shape, numel)
+    if hasattr(table, "stream"):  # context across steps (``ctx-steps``): one state, in order
+        stream = table.stream(numel, cols)
+        for body in block.bodies:
+            yield stream.decode(body)
+        return
     for body in block.bodies:
         yield table.decode(body, numel, cols=cols)
 

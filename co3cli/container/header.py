@@ -74,6 +74,18 @@ def inflate(js: bytes, name: str, what: str = "header", limit: int = MAX_HEADER_
     return out
 
 
+STEP_CONTEXT_MINOR = 2
+"""The minor version that marks chunks depending on the previous chunk of their layer."""
+
+
+def step_context(header: dict) -> bool:
+    """Whether a header's coder codes each step of a layer given the previous one (its config
+    has ``key_every``: chunk ``t`` decodes alone when ``t % key_every == 0``, ``key_every`` 0:
+    only chunk 0; else after chunk ``t - 1``). Such a file is written as version 1.2."""
+    coder = header.get("coder")
+    return isinstance(coder, dict) and "key_every" in coder
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
