@@ -347,7 +347,7 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     quantized = [_quantize_layer(d, grid, scale_rule, None)[:3] for d in datas]
     counts = np.sum([c for _, _, c in quantized], axis=0, dtype=np.int64)
     scaless = [_scales(infos) for _, infos, _ in quantized]
-    sample = None if model == "empirical" else tables.pooled_sample(datas, scaless)
+    sample = None if model in ("empirical", tables.AUTO) else tables.pooled_sample(datas, scaless)
     weights, meta = tables.model_weights(None, None, counts, grid, model, sample=sample)
     table = coder.table_from_weights(weights)
     members = []

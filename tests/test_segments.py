@@ -148,8 +148,10 @@ def test_round_trip_bit_exact(tmp_path, coder, model):
     assert r.nbytes == (tmp_path / "x.co3").stat().st_size
 
 
-def test_split_is_smaller_and_threads_do_not_change_bytes(tmp_path):
+def test_split_is_smaller_and_threads_do_not_change_bytes(tmp_path, monkeypatch):
     from co3cli.codec import compress
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")  # the header's "created"
 
     src = _write(tmp_path, _layers(np.random.default_rng(6)), 6)
     one = compress(src, tmp_path / "a.co3", coder="ans", model="auto", threads=1)

@@ -73,13 +73,13 @@ def parse_tableset(buf: bytes, nsteps: int, what: str) -> list[tuple[int, int, b
 
 
 def representative_table(groups: list[tuple[int, int, bytes]], header: dict) -> bytes:
-    """The table a reader reports for the whole layer (``LayerBlock.table``): that of the
-    coded group with the most steps; for a layer stored whole, the file's coder's table of
-    equal weights (what stored symbols cost: ``width`` bits each)."""
-    coded = [(steps, -k, table) for k, (steps, kind, table) in enumerate(groups)
-             if kind == KIND_TABLE]
-    if coded:
-        return max(coded)[2]
+    """The table a reader reports for the whole layer (``LayerBlock.table``; decoding uses the
+    groups'): a single coded group's own; otherwise the file's coder's table of the groups'
+    probabilities weighted by their steps (a stored group's: equal weights), which codes every
+    symbol any step holds."""
+    coded = [table for _, kind, table in groups if kind == KIND_TABLE]
+    if len(coded) == 1 and len(groups) == 1:
+        return coded[0]
     import numpy as np
 
     from co3cli.coding import coder_from_config
@@ -87,6 +87,12 @@ def representative_table(groups: list[tuple[int, int, bytes]], header: dict) -> 
 
     try:
         nsym = get_grid(header["format"]["id"]).nsym
-        return coder_from_config(header["coder"]).table_from_weights(np.ones(nsym)).to_bytes()
+        coder = coder_from_config(header["coder"])
+        weights = np.zeros(nsym)
+        for steps, kind, table in groups:
+            pmf = coder.table_from_bytes(table, nsym).pmf() if kind == KIND_TABLE \
+                else np.full(nsym, 1.0 / nsym)
+            weights += steps * pmf / pmf.sum()
+        return coder.table_from_weights(weights).to_bytes()
     except (KeyError, TypeError, InputError) as e:
-        raise CorruptDataError(f"header does not describe a usable format/coder ({e})") from None
+        raise CorruptDataError(f"header or step-group table unusable ({str(e)[:200]})") from None
