@@ -3,9 +3,6 @@ blocks (``co3cli.container.tableset``): the split, bit-exact round trips, hostil
 
 from __future__ import annotations
 
-import struct
-import zlib
-
 import numpy as np
 import pytest
 
@@ -188,81 +185,48 @@ def test_report_and_inspect_read_step_groups(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------
-# hostile LYS blocks
-
-
-def _lys_block(index, meta, tableset, chunks, body_lens=None):
-    from hostile import uvarint
-
-    b = b"LYS\0" + struct.pack("<II", index, len(meta)) + meta + struct.pack("<I", len(tableset))
-    b += tableset
-    for t, (scale, body) in enumerate(chunks):
-        b += struct.pack("<f", scale) + uvarint(len(body) if body_lens is None else body_lens[t])
-        b += body
-    return b + struct.pack("<I", zlib.crc32(b))
-
-
-def _tableset(groups):
-    from hostile import uvarint
-
-    return uvarint(len(groups)) + b"".join(uvarint(s) + bytes([k]) + uvarint(len(t)) + t
-                                           for s, k, t in groups)
-
-
-def _file(groups_fn=None, chunks_fn=None):
-    """The hostile builder's honest two-layer file, layer 1 as an LYS block (one table group
-    per step, the layer's own table) whose parts may lie."""
-    from hostile import assemble, base, dumps, header_block, layer_block
-
-    h, parts = base(steps=2)
-    meta, table, chunks = parts[1]
-    groups = [(1, 0, table), (1, 0, table)]
-    groups = groups if groups_fn is None else groups_fn(groups, table)
-    chunks = chunks if chunks_fn is None else chunks_fn(chunks)
-    blocks = [layer_block(0, *parts[0]), _lys_block(1, meta, _tableset(groups), chunks)]
-    return assemble(header_block(zlib.compress(dumps(h), 9)), blocks)
+# hostile LYS blocks (``tests/hostile.py``: ``build_steps``, ``STEPS_LIES``; the corpus holds them)
 
 
 def test_honest_lys_file_reads(tmp_path, capsys):
     from conftest import run_cli
+    from hostile import build_steps
 
     p = tmp_path / "ok.co3"
-    p.write_bytes(_file())
+    p.write_bytes(build_steps())
     for cmd in (("inspect", "--decode"), ("report",)):
         code, _, err = run_cli(cmd[0], p, *cmd[1:], capsys=capsys)
         assert code == 0, err
 
 
-HOSTILE = {
-    "too_few_steps": (lambda g, t: g[:1], None, "cover 1 of 2"),
-    "too_many_groups": (lambda g, t: g * 2, None, "4 step groups for 2 steps"),
-    "overrun": (lambda g, t: [(3, 0, t)], None, "overruns the layer"),
-    "zero_steps": (lambda g, t: [(0, 0, t), (2, 0, t)], None, "overruns the layer"),
-    "unknown_kind": (lambda g, t: [(1, 7, t), (1, 0, t)], None, "unknown kind 7"),
-    "stored_with_table": (lambda g, t: [(1, 1, t), (1, 0, t)], None, "carries a table"),
-    "garbage_table": (lambda g, t: [(1, 0, b"\xff" * 20), (1, 0, t)], None, "table"),
-    "short_stored": (lambda g, t: [(2, 1, b"")], None, "stored payload"),
-}
-
-
-@pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_hostile_lys_refused_in_one_line(case, tmp_path, capsys):
+def test_hostile_lys_refused_in_one_line(tmp_path, capsys):
+    from hostile import CORPUS, STEPS_LIES, build_steps
     from test_hostile_co3 import refused_everywhere
 
-    groups_fn, chunks_fn, msg = HOSTILE[case]
-    p = tmp_path / f"{case}.co3"
-    p.write_bytes(_file(groups_fn, chunks_fn))
     from co3cli.inspection import inspect_co3
 
-    with pytest.raises(CorruptDataError, match=msg):
-        inspect_co3(p, decode=True)
-    if case == "short_stored":  # only a decoder sees it
-        from conftest import run_cli
+    for case, (groups_fn, msg) in STEPS_LIES.items():
+        p = tmp_path / f"{case}.co3"
+        p.write_bytes(build_steps(groups_fn))
+        assert (CORPUS / f"steps_{case}.co3").read_bytes() == p.read_bytes()  # committed
+        with pytest.raises(CorruptDataError, match=msg):
+            inspect_co3(p)
+        refused_everywhere(p, tmp_path, capsys)
 
-        code, _, err = run_cli("inspect", p, "--decode", capsys=capsys)
-        assert code == 1 and err.startswith("co3: error:") and err.count("\n") == 1
-        return
-    refused_everywhere(p, tmp_path, capsys)
+
+def test_short_stored_body_refused_by_the_decoder(tmp_path, capsys):
+    from conftest import run_cli
+    from hostile import build_steps
+
+    from co3cli.inspection import inspect_co3
+
+    p = tmp_path / "short.co3"
+    p.write_bytes(build_steps(lambda g, t: [(2, 1, b"")]))  # its rANS bodies are not the 8 bytes 8 stored symbols take
+    inspect_co3(p)  # the layout is sound
+    with pytest.raises(CorruptDataError, match="stored payload"):
+        inspect_co3(p, decode=True)
+    code, _, err = run_cli("inspect", p, "--decode", capsys=capsys)
+    assert code == 1 and err.startswith("co3: error:") and err.count("\n") == 1
 
 
 def test_truncated_and_garbled_tablesets_refused():
@@ -281,8 +245,9 @@ def test_truncated_and_garbled_tablesets_refused():
 
 def test_truncated_lys_file_refused(tmp_path, capsys):
     from conftest import run_cli
+    from hostile import build_steps
 
-    data = _file()
+    data = build_steps()
     for cut in (len(data) // 2, len(data) - 5):
         p = tmp_path / "cut.co3"
         p.write_bytes(data[:cut])
