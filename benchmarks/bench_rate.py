@@ -24,6 +24,13 @@ Studies (per dump x config; "large" layer = >= 1e5 entries pooled over steps):
    lzma -6, zlib -9, for the whole dump and per large layer, next to the co3 file.
 5. Staleness (long run): a codebook from step index 0 only vs fresh per-layer tables vs the
    per-step (per layer) entropy, in step buckets.
+6. Check (``--check`` runs it alone, into ``benchmarks/results/rate_check.{md,json}``; also
+   held-out captures of ``CHECK_TASKS``): the default ``co3 compress`` file vs zstd-3 over
+   the same symbols per dump and format (worst ratio printed), and ``ans``/``huffman`` with
+   ``--model auto`` (step groups): payload vs the per-step order-0 entropy, side bytes apart.
+
+    python benchmarks/bench_rate.py --check                       # ~10 min on 2 cores
+    python benchmarks/bench_rate.py --check --dumps a=x.h5 b=y.h5  # given dumps only
 
 Writes ``benchmarks/results/rate.md`` and ``rate.json`` (``--quick``: ``/tmp/bench_rate_quick.*``).
 Bits per entry (bpe) = bits / quantized entries.
