@@ -110,6 +110,14 @@ def plan_step_groups(step_counts: np.ndarray, single, build, max_blocks: int = M
     like ``single``'s, then judged by the real tables' exact bits."""
     counts = np.asarray(step_counts, dtype=np.int64)
     total = counts.sum(axis=0)
+    # no split gains more than the pooled entropy over the steps' own, nor pays with less
+    # than a table of nsym / 8 bytes (Huffman at max_len 1; rANS and ctx: >= nsym bytes):
+    # where that bound fails, the programme proposes none (a fast exit for small layers)
+    xlx = _xlogx(counts).sum(axis=1)
+    bound = float(_xlogx(total.sum()) - _xlogx(total).sum()) \
+        - float((_xlogx(counts.sum(axis=1)) - xlx).sum())
+    if counts.shape[0] < 2 or bound <= 8.0 * (counts.shape[1] // 8 + GROUP_FRAMING):
+        return None
     single_bits = table_bits(single, total, framing=0)
     side = 8.0 * (len(single.to_bytes()) + GROUP_FRAMING)
     edges = segment_steps(counts, side, max_blocks)

@@ -63,6 +63,16 @@ def test_plan_keeps_one_table_unless_real_bits_say_otherwise():
         c.astype(float))) is None
 
 
+def test_small_layers_exit_before_building_tables():
+    from co3cli.coding import get_coder
+    from co3cli.segments import plan_step_groups
+
+    coder = get_coder("ans")
+    counts = _drift_counts(np.random.default_rng(9), (2, 2), n=40)  # drift, but 160 entries
+    single = coder.table_from_weights(counts.sum(axis=0).astype(float))
+    assert plan_step_groups(counts, single, lambda *a: pytest.fail("built a table")) is None
+
+
 def test_raw_table_round_trip_and_checks():
     from co3cli.coding.raw import RawTable, raw_bytes
 
