@@ -108,8 +108,8 @@ def _layers(rng, steps=6, drift=True):
 
     layers = steps_layers(rng, steps)
     if not drift:
-        layers["drift.weight"] = ((rng.laplace(size=(steps, 6000)) * 1e-3).astype(np.float32),
-                                  (60, 100))
+        layers["drift.weight"] = ((rng.laplace(size=(steps, 2400)) * 1e-3).astype(np.float32),
+                                  (60, 40))
     return layers
 
 

@@ -101,12 +101,12 @@ def make_groups() -> None:
 def steps_layers(rng: np.random.Generator, steps: int = 6) -> dict:
     """A layer whose steps drift (Laplace, then sparse heavy-tailed from step 3 on), one that
     does not, and a 6-entry bias (stored under ``--model auto``)."""
-    drift = (rng.laplace(size=(steps, 6000)) * 1e-3).astype(np.float32)
+    drift = (rng.laplace(size=(steps, 2400)) * 1e-3).astype(np.float32)
     late = drift[3:]
     late *= (rng.standard_t(1.5, size=late.shape) / rng.laplace(size=late.shape)).astype(np.float32)
     late[rng.random(late.shape) < 0.6] = 0.0
-    return {"drift.weight": (drift, (60, 100)),
-            "calm.weight": ((rng.standard_normal((steps, 900)) * 1e-2).astype(np.float32), (900,)),
+    return {"drift.weight": (drift, (60, 40)),
+            "calm.weight": ((rng.standard_normal((steps, 400)) * 1e-2).astype(np.float32), (400,)),
             "tiny.bias": ((rng.standard_normal((steps, 6)) * 1e-2).astype(np.float32), (6,))}
 
 
