@@ -1,7 +1,8 @@
 """Compress a gradient dump to ``.co3`` and back, one layer at a time.
 
     dump.h5 ──read layer (steps, numel)──▶ scale per step ──▶ symbols per step
-             ──▶ per-layer integer table (model fit of the scaled values, or a saved codebook)
+             ──▶ per-layer integer table (model fit of the scaled values, or a saved codebook;
+                 one per group of steps where they drifted, or none: stored; co3cli.segments)
              ──▶ one independently decodable chunk per step ──▶ grads.co3
     small layers (``co3cli.container.plan``) ──read together──▶ scale, symbols per layer and step
              ──▶ one table for the group (the model fitted to their scaled values pooled)
