@@ -24,6 +24,13 @@ Studies (per dump x config; "large" layer = >= 1e5 entries pooled over steps):
    lzma -6, zlib -9, for the whole dump and per large layer, next to the co3 file.
 5. Staleness (long run): a codebook from step index 0 only vs fresh per-layer tables vs the
    per-step (per layer) entropy, in step buckets.
+6. Check (``--check`` runs it alone, into ``benchmarks/results/rate_check.{md,json}``; also
+   held-out captures of ``CHECK_TASKS``): the default ``co3 compress`` file vs zstd-3 over
+   the same symbols per dump and format (worst ratio printed), and ``ans``/``huffman`` with
+   ``--model auto`` (step groups): payload vs the per-step order-0 entropy, side bytes apart.
+
+    python benchmarks/bench_rate.py --check                       # ~10 min on 2 cores
+    python benchmarks/bench_rate.py --check --dumps a=x.h5 b=y.h5  # given dumps only
 
 Writes ``benchmarks/results/rate.md`` and ``rate.json`` (``--quick``: ``/tmp/bench_rate_quick.*``).
 Bits per entry (bpe) = bits / quantized entries.
@@ -435,6 +442,8 @@ def render(res: dict) -> str:
         ("entropy_bpe", "H/step", ".4f"), ("fresh_bpe", "fresh", ".4f"), ("stale_bpe", "stale", ".4f"),
         ("cost", "stale - fresh", "+.4f"), ("cost_pct", "cost %", "+.2f")]))
     L.append("")
+    if res.get("check"):
+        L.append(render_check(res["check"]))
     return "\n".join(L)
 
 
@@ -512,6 +521,197 @@ def summarize(res: dict) -> dict:
     return s
 
 
+# ------------------------------------------------------------------------------------------
+# Check table (issue 16): the default never larger than zstd-3; adaptive tables vs per-step H
+
+
+CHECK_CONFIGS = [("fp8-e5m2", "absmax"), ("fp4-co3", "absmax")]
+CHECK_TASKS = [("digits-resnet-tiny", 60, 6), ("stdlib-charlm-tiny", 60, 6),
+               ("mnist5k-resnet", 60, 10)]  # held out: the code was not tuned on them
+TARGET_ADAPT = 0.05  # bits/entry: order-0 payload over the per-step order-0 entropy
+
+
+def check_defaults(dumps, tmp: str, configs=CHECK_CONFIGS) -> list[dict]:
+    """Per dump and config: the default ``co3 compress`` file (coder and model left to it) vs
+    zstd-3 over the same symbols (uint8, step by step, layer by layer); ``ans``/``huffman``
+    with ``--model auto`` (exact-count or gennorm-zi tables, step groups where steps drifted):
+    payload vs the per-step order-0 entropy, side bytes (file - payload) apart."""
+    import zstandard
+
+    z3 = zstandard.ZstdCompressor(level=3).compress
+    rows = []
+    for coder in (None, "ans", "huffman"):  # compile and load the kernels outside the timing
+        compress(str(SAMPLE_DATA_DIR / "digits-mlp.h5"), os.path.join(tmp, "warm.co3"),
+                 coder=coder, threads=1)
+    for name, path, _ in dumps:
+        for fmt, scale in configs:
+            grid, rule = get_grid(fmt), None if scale == "absmax" else scale
+            syms, h_step, h_large = [], 0.0, {}
+            with Dump.open(path) as d:
+                for lay in d.layers:
+                    _, sym, _ = scale_and_quantize(d.read_layer(lay), grid, rule)
+                    syms.append(sym.astype(np.uint8))
+                    h = sum(entropy_bits(np.bincount(r, minlength=grid.nsym)) for r in sym)
+                    h_step += h
+                    if sym.size >= LARGE:
+                        h_large[lay] = (sym.size, h)
+            raw = b"".join(s[t].tobytes() for t in range(syms[0].shape[0]) for s in syms)
+            n, zb = len(raw), len(z3(raw))
+            row = {"dump": name, "config": f"{fmt}/{scale}", "entries": n, "zstd3_bytes": zb,
+                   "zstd3_bpe": 8 * zb / n, "h_step_bpe": h_step / n}
+            for key, coder, model in (("default", None, None), ("ans", "ans", "auto"),
+                                      ("huffman", "huffman", "auto"), ("ans_zi", "ans", "gennorm-zi")):
+                dst = os.path.join(tmp, f"check.{key}.co3")
+                t0 = time.process_time()
+                r = compress(path, dst, format=fmt, scale=rule, coder=coder, model=model, threads=1)
+                cpu = time.process_time() - t0
+                payload = sum(lay["payload_bytes"] for lay in r.layers)
+                split, stored, xent, xl = table_use(dst, grid, key != "default", h_large)
+                nl = sum(v[0] for v in h_large.values())
+                pl = sum(lay["payload_bytes"] for lay in r.layers if lay["name"] in h_large)
+                hl = sum(v[1] for v in h_large.values())
+                row[key] = {"bytes": r.nbytes, "bpe": r.bpe, "payload_bpe": 8 * payload / n,
+                            "side_bpe": 8 * (r.nbytes - payload) / n, "cpu_s": cpu,
+                            "split_layers": split, "stored_layers": stored,
+                            "gap_bpe": 8 * payload / n - h_step / n,
+                            "xent_gap_bpe": None if xent is None else (xent - h_step) / n,
+                            "large_gap_bpe": (8 * pl - hl) / nl if nl else None,
+                            "large_xent_gap_bpe": (xl - hl) / nl if nl and xent is not None
+                            else None}
+                os.unlink(dst)
+            row["default_vs_zstd3"] = row["default"]["bytes"] / zb
+            rows.append(row)
+            print(f"  check {name} {fmt}/{scale}: default/zstd-3 {row['default_vs_zstd3']:.3f}, "
+                  f"ans gap {row['ans']['gap_bpe']:+.4f}", file=sys.stderr)
+    return rows
+
+
+def table_use(path: str, grid, order0: bool, large=()):
+    """Layers split into step groups, layers stored, and (order-0 coders) the exact bits of
+    every step under the table that coded it (its cross-entropy: the payload without the
+    coder's fixed bytes per chunk, e.g. rANS's 8-byte final state)."""
+    from co3cli.codec import read_co3_setup
+    from co3cli.container.decode import iter_decode_block, step_tables
+
+    split = stored = 0
+    xent = 0.0 if order0 else None
+    xent_large = 0.0  # the same over the layers named in ``large``
+    with open(path, "rb") as f:
+        co3 = open_co3(f, path)
+        _, coder = read_co3_setup(co3.header)
+        for b in co3.layers():
+            stored += b.meta.get("model") == "stored"
+            split += b.step_groups is not None and b.meta.get("model") != "stored"
+            if order0:
+                lay = co3.header["layers"][b.index]
+                tabs = step_tables(b, grid, coder)
+                for t, sym in zip(tabs, iter_decode_block(b, grid, coder, lay["numel"])):
+                    counts = np.bincount(sym, minlength=grid.nsym)
+                    bits = (8.0 * len(t.encode(sym)) if not hasattr(t, "expected_bits")
+                            else t.expected_bits(counts))
+                    xent += bits
+                    xent_large += bits if b.name in large else 0.0
+    return split, stored, xent, xent_large
+
+
+def render_check(rows: list[dict]) -> str:
+    from co3cli.codec import DEFAULT_CODER, DEFAULT_MODEL
+
+    worst = max(rows, key=lambda r: r["default_vs_zstd3"])
+    gaps = max(rows, key=lambda r: r["ans"]["gap_bpe"])
+    big = [r for r in rows if r["ans"]["large_gap_bpe"] is not None]
+    gl = max(big, key=lambda r: r["ans"]["large_gap_bpe"]) if big else None
+    L = ["## 6. Check: the default never larger than zstd-3; adaptive order-0 tables", "",
+         f"default = `co3 compress` with coder and model left to it (`{DEFAULT_CODER}`, "
+         f"`{DEFAULT_MODEL}`); zstd-3 over the same symbols (uint8, step by step, layer by "
+         "layer). ans/huffman = `--model auto` (per layer and step group the smaller of the "
+         "exact-count and the gennorm-zi table; step groups where the steps drifted; stored "
+         "symbols where smaller): payload - per-step order-0 entropy (gap; target "
+         f"<= {TARGET_ADAPT}) with the side bytes apart; table gap: the same for the exact bits "
+         "of each step under the table that coded it (the payload less the coder's fixed bytes "
+         "per chunk: rANS's 8-byte state, Huffman's bit count and padding); large: over the "
+         f"layers of >= {LARGE:,} entries alone (the per-step entropy of a chunk of a few "
+         "hundred entries is below what any code reaches without a table per step); ans zi = `--model gennorm-zi` (the "
+         "default before). CPU: process time of the whole compress, one thread.", ""]
+    L.append(md_table(rows, [
+        ("dump", "dump", ""), ("config", "config", ""), ("entries", "entries", ",d"),
+        ("h_step_bpe", "H/step", ".3f"), ("zstd3_bpe", "zstd-3", ".3f"),
+        (lambda r: r["default"]["bpe"], "**default**", ".3f"),
+        ("default_vs_zstd3", "default / zstd-3", ".3f"),
+        (lambda r: r["ans_zi"]["bpe"], "ans zi", ".3f"),
+        (lambda r: r["ans"]["bpe"], "ans auto", ".3f"),
+        (lambda r: r["ans"]["side_bpe"], "ans side", ".4f"),
+        (lambda r: r["ans"]["gap_bpe"], "ans gap", "+.4f"),
+        (lambda r: r["ans"]["xent_gap_bpe"], "ans table gap", "+.4f"),
+        (lambda r: r["ans"]["large_gap_bpe"], "ans gap, large", "+.4f"),
+        (lambda r: r["ans"]["large_xent_gap_bpe"], "ans table gap, large", "+.4f"),
+        (lambda r: r["huffman"]["bpe"], "huff auto", ".3f"),
+        (lambda r: r["huffman"]["gap_bpe"], "huff gap", "+.4f"),
+        (lambda r: r["huffman"]["xent_gap_bpe"], "huff table gap", "+.4f"),
+        (lambda r: r["huffman"]["large_gap_bpe"], "huff gap, large", "+.4f"),
+        (lambda r: f"{r['ans']['split_layers']}/{r['ans']['stored_layers']}", "split/stored", ""),
+        (lambda r: r["default"]["cpu_s"], "default CPU s", ".2f"),
+        (lambda r: r["ans"]["cpu_s"], "ans CPU s", ".2f"),
+        (lambda r: r["ans_zi"]["cpu_s"], "ans zi CPU s", ".2f")]))
+    L += ["", f"Worst default / zstd-3: **{worst['default_vs_zstd3']:.3f}** ({worst['dump']} "
+          f"{worst['config']}); worst ans gap to the per-step entropy: "
+          f"**{gaps['ans']['gap_bpe']:+.4f}** bits/entry ({gaps['dump']} {gaps['config']})"
+          + (f"; over layers of >= {LARGE:,} entries: **{gl['ans']['large_gap_bpe']:+.4f}** "
+             f"({gl['dump']} {gl['config']})" if gl else "") + ".", ""]
+    return "\n".join(L)
+
+
+def capture_check_dumps(tmp: str, quick: bool) -> list:
+    """The held-out dumps of the check table (``CHECK_TASKS``; quick: 20 steps, every 5)."""
+    from co3cli.capture import capture
+
+    out = []
+    for task, steps, every in CHECK_TASKS:
+        steps, every = (20, 5) if quick else (steps, every)
+        dst = os.path.join(tmp, f"{task}.h5")
+        capture(task, dst, steps=steps, every=every, progress=False, threads=1, seed=0)
+        out.append((task, dst, f"captured: {task}, {steps} steps, every {every}, seed 0"))
+    return out
+
+
+def main_check(args) -> None:
+    """``--check``: study 6 alone, on the bundled dumps, the captured CNN and long MLP and
+    the held-out ``CHECK_TASKS`` (or ``--dumps``)."""
+    import torch
+
+    from co3cli.capture import capture
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    tmpctx = tempfile.TemporaryDirectory(prefix="bench-rate-check-")
+    tmp = args.keep or tmpctx.name
+    os.makedirs(tmp, exist_ok=True)
+    if args.dumps:
+        dumps = [(d.split("=", 1)[0], d.split("=", 1)[1], "given") for d in args.dumps]
+    else:
+        dumps = [("mnist5k-mlp", str(SAMPLE_DATA_DIR / "mnist5k-mlp.h5"), "bundled"),
+                 ("digits-mlp", str(SAMPLE_DATA_DIR / "digits-mlp.h5"), "bundled")]
+        for name, task, steps, every in (("mnist5k-cnn", "mnist5k-cnn", 40 if args.quick else 100, 10),
+                                         ("mnist5k-mlp-long", "mnist5k-mlp", 40 if args.quick else 200, 1)):
+            dst = os.path.join(tmp, f"{name}.h5")
+            capture(task, dst, steps=steps, every=every, progress=False, threads=1, seed=0)
+            dumps.append((name, dst, f"captured: {task}, {steps} steps, every {every}, seed 0"))
+        dumps += capture_check_dumps(tmp, args.quick)
+    rows = check_defaults(dumps, tmp)
+    md = (f"# co3cli rate check (`python benchmarks/bench_rate.py --check`)\n\n- date: "
+          f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}; co3cli "
+          f"{co3cli.__version__}; runtime {time.perf_counter() - t0:.0f} s; load "
+          f"{os.getloadavg()[0]:.1f}\n- dumps: " + "; ".join(f"{n} ({src})" for n, _, src in dumps)
+          + "\n\n" + render_check(rows))
+    print(md)
+    base = Path(args.json) if args.json else (Path("/tmp/bench_rate_check_quick.json") if args.quick
+                                              else ROOT / "benchmarks/results/rate_check.json")
+    base.parent.mkdir(parents=True, exist_ok=True)
+    base.write_text(json.dumps({"rows": rows, "dumps": [d[::2] for d in dumps]}, indent=1) + "\n")
+    base.with_suffix(".md").write_text(md)
+    tmpctx.cleanup()
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
@@ -521,7 +721,14 @@ def main(argv=None) -> None:
                          "/tmp/bench_rate_quick.json; '-': stdout)")
     ap.add_argument("--md", metavar="PATH", help="markdown output (default alongside the JSON)")
     ap.add_argument("--keep", metavar="DIR", help="keep captured dumps and .co3 files in DIR")
+    ap.add_argument("--check", action="store_true",
+                    help="only study 6 (default vs zstd-3, adaptive tables), written to "
+                         "benchmarks/results/rate_check.{md,json}")
+    ap.add_argument("--dumps", nargs="+", metavar="NAME=PATH",
+                    help="--check: these dumps instead of the bundled and captured ones")
     args = ap.parse_args(argv)
+    if args.check:
+        return main_check(args)
 
     import torch
 
@@ -589,6 +796,7 @@ def main(argv=None) -> None:
         names = ("zstd-3", "zstd-19", "lzma-6", "zlib-9")
         p["best"] = min(names, key=lambda k: p[k])
         p["best_peer_bpe"] = p[p["best"]]
+    res["check"] = check_defaults(dumps, tmp)
     res["summary"] = summarize(res)
     res["meta"] = {
         "command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT)]

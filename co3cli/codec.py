@@ -1,7 +1,8 @@
 """Compress a gradient dump to ``.co3`` and back, one layer at a time.
 
     dump.h5 ──read layer (steps, numel)──▶ scale per step ──▶ symbols per step
-             ──▶ per-layer integer table (model fit of the scaled values, or a saved codebook)
+             ──▶ per-layer integer table (model fit of the scaled values, or a saved codebook;
+                 one per group of steps where they drifted, or none: stored; co3cli.segments)
              ──▶ one independently decodable chunk per step ──▶ grads.co3
     small layers (``co3cli.container.plan``) ──read together──▶ scale, symbols per layer and step
              ──▶ one table for the group (the model fitted to their scaled values pooled)
@@ -40,13 +41,14 @@ import numpy as np
 
 from co3cli import __version__
 from co3cli import codebook as cb
-from co3cli import tables
+from co3cli import segments, tables
 from co3cli.checks import check_int
 from co3cli.coding import get_coder, row_length
 from co3cli.container import (Co3Writer, open_co3, plan_config, plan_groups, plan_units,
                               step_context)
 from co3cli.container.decode import (block_table, decode_block, iter_decode_block,  # noqa: F401
-                                     read_co3_setup)  # (decode_block, iter_decode_block: re-exported)
+                                     read_co3_setup, step_tables)  # (decode_block, iter_decode_block,
+# block_table: re-exported)
 from co3cli.errors import InputError
 from co3cli.fileio import created_timestamp, input_path, output_file
 from co3cli.formats import get_grid
@@ -63,6 +65,7 @@ class EncodedLayer:
     scales: np.ndarray
     bodies: list[bytes]
     counts: np.ndarray  # symbol counts over all steps (int64, nsym)
+    step_groups: list | None = None  # (steps, kind, table) per group: an LYS block
 
 
 @dataclass
@@ -262,18 +265,16 @@ def _quantize_layer(data: np.ndarray, grid, scale_rule, workers):
 
     sym = np.empty(data.shape, dtype=np.uint16)
 
+    step_counts = np.empty((data.shape[0], grid.nsym), dtype=np.int64)
+
     def quantize_rows(lo, hi):
         infos = [scale_info(row, grid, scale_rule) for row in data[lo:hi]]
-        counts = np.zeros(grid.nsym, dtype=np.int64)
         for t, info in enumerate(infos, lo):
-            _, c = quantize(data[t], grid, info.scale, with_counts=True, out=sym[t])
-            counts += c
-        return infos, counts
+            _, step_counts[t] = quantize(data[t], grid, info.scale, with_counts=True, out=sym[t])
+        return infos
 
-    parts = map_rows(workers, *data.shape, quantize_rows)
-    infos = [i for part, _ in parts for i in part]
-    counts = parts[0][1] if len(parts) == 1 else np.sum([c for _, c in parts], axis=0, dtype=np.int64)
-    return sym, infos, counts
+    infos = [i for part in map_rows(workers, *data.shape, quantize_rows) for i in part]
+    return sym, infos, step_counts.sum(axis=0), step_counts
 
 
 def _fallback_meta(infos) -> dict:
@@ -295,7 +296,9 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
     """Quantize and entropy-code a (steps, numel) float32 layer.
 
     ``table`` reuses a saved codebook table; otherwise one is built from ``model`` fitted to
-    this layer's scaled values (or from its counts for ``empirical``). ``shape`` is the
+    this layer's scaled values (or from its counts for ``empirical``), one per group of steps
+    where the steps drifted (order-0 coders; ``auto``: also the model chosen by real bits and
+    the symbols stored where smaller; :mod:`co3cli.segments`). ``shape`` is the
     parameter's shape (context-modelling coders use its 2-D view). With a scale rule that can
     fall back (``scales.GUARDED_RULES``: ``co3-poly``, ``gennorm-mse``) the metadata of a layer
     where it did records how many steps' scales came from the fallback (``scale_fallbacks``;
@@ -303,20 +306,33 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
     files without a fallback keep their bytes), which ``co3 inspect`` shows. ``workers`` share
     the rows (scale, quantize, encode) among threads; the result is the same without.
     """
-    sym, infos, counts = _quantize_layer(data, grid, scale_rule, workers)
+    sym, infos, counts, step_counts = _quantize_layer(data, grid, scale_rule, workers)
     scales = _scales(infos)
-    if table is None:
-        weights, meta = tables.model_weights(data, scales, counts, grid, model)
-        table = coder.table_from_weights(weights)
+    if table is None:  # the model's table, step groups, stored symbols: co3cli.segments
+        chosen = segments.layer_tables(data, scales, counts, step_counts, grid, coder, model)
     else:
-        meta = {"model": "codebook"}
+        chosen = segments.LayerTables(table, {"model": "codebook"})
         unusable = np.flatnonzero((counts > 0) & (table.ints() == 0))
         if unusable.size:
             raise InputError(f"the codebook cannot code symbol(s) {unusable[:5].tolist()} of format "
                              f"{grid.id}; rebuild it with a model (every symbol codable)")
-    meta = {**meta, **_fallback_meta(infos)}
     cols = row_length(shape, data.shape[1])
-    return EncodedLayer(meta, table, scales, encode_bodies(table, sym, cols, workers), counts)
+
+    def encode_rows(chosen):
+        if chosen.step_groups is None:  # one table (context across steps: encode_bodies)
+            return encode_bodies(chosen.table, sym, cols, workers)
+        per_step = chosen.per_step(data.shape[0])
+        parts = map_rows(workers, *data.shape, lambda lo, hi: [
+            per_step[t].encode(sym[t], cols=cols) for t in range(lo, hi)])
+        return [b for part in parts for b in part]
+
+    bodies = encode_rows(chosen)
+    if model == tables.AUTO and segments.stored_smaller(
+            sum(map(len, bodies)) + chosen.table_bytes(), *data.shape, grid.nsym):
+        chosen = segments.stored_tables(grid, data.shape[0])
+        bodies = encode_rows(chosen)
+    return EncodedLayer({**chosen.meta, **_fallback_meta(infos)}, chosen.table, scales, bodies,
+                        counts, chosen.step_groups)
 
 
 def encode_bodies(table, sym: np.ndarray, cols: int, workers: Workers | None = None) -> list:
@@ -344,10 +360,10 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     """Quantize and code small (steps, numel_k) layers with one table: ``model`` fitted to
     their scaled values pooled (``empirical``: their counts summed). Each layer's steps stay
     separate chunks, each decodable alone; scales per layer and step as in :func:`encode_layer`."""
-    quantized = [_quantize_layer(d, grid, scale_rule, None) for d in datas]
+    quantized = [_quantize_layer(d, grid, scale_rule, None)[:3] for d in datas]
     counts = np.sum([c for _, _, c in quantized], axis=0, dtype=np.int64)
     scaless = [_scales(infos) for _, infos, _ in quantized]
-    sample = None if model == "empirical" else tables.pooled_sample(datas, scaless)
+    sample = None if model in ("empirical", tables.AUTO) else tables.pooled_sample(datas, scaless)
     weights, meta = tables.model_weights(None, None, counts, grid, model, sample=sample)
     table = coder.table_from_weights(weights)
     members = []
@@ -376,7 +392,9 @@ def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
     }
 
 
-DEFAULT_FORMAT, DEFAULT_CODER, DEFAULT_MODEL = "fp8-e5m2", "ans", "gennorm-zi"
+DEFAULT_FORMAT, DEFAULT_CODER, DEFAULT_MODEL = "fp8-e5m2", "ctx", "auto"  # README: "Rate"
+BOOK_CODER, BOOK_MODEL = "ans", "gennorm-zi"  # codebooks: tables reused on later steps must
+# code every symbol (a model's), and serve the in-training streams (ans)
 
 
 def _from_book(what: str, given, stored):
@@ -391,7 +409,7 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
              threads=None, small_layers=True) -> CodecResult:
     """Compress dump ``src`` (path or ``-``) into ``.co3`` file ``dst`` (path or ``-``).
 
-    Defaults: format ``fp8-e5m2``, coder ``ans``, model ``gennorm-zi``, scale rule ``absmax``.
+    Defaults: format ``fp8-e5m2``, coder ``ctx``, model ``auto``, scale rule ``absmax``.
     A ``codebook`` fixes format, scale rule, coder and tables; passing a different one is an
     error. ``threads``: how many threads code (None: :func:`default_threads`; the file's bytes
     do not depend on it). ``small_layers``: pool the tables of small layers into group blocks
@@ -462,8 +480,10 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
                     [(i, list(zip(m.scales.tolist(), m.bodies))) for i, m in zip(idx, enc.members)])
                 members = enc.members
             else:
-                nbytes = [writer.write_layer(enc.meta, enc.table.to_bytes(),
-                                             list(zip(enc.scales.tolist(), enc.bodies)))]
+                groups = None if enc.step_groups is None else \
+                    [(n, kind, t.to_bytes()) for n, kind, t in enc.step_groups]
+                nbytes = [writer.write_layer(enc.meta, b"" if groups else enc.table.to_bytes(),
+                                             list(zip(enc.scales.tolist(), enc.bodies)), groups)]
                 members = [enc]
             for i, m, n in zip(idx, members, nbytes):
                 size = int(m.scales.size) * dump.numel(names[i])
@@ -486,22 +506,23 @@ def decode_values(block, grid, coder, numel: int, shape=None,
                   workers: Workers | None = None) -> np.ndarray:
     """Dequantized values (steps, numel) float32 of one verified layer block; ``workers``
     share its rows among threads (the same values without)."""
-    table = block_table(block, grid, coder)
+    tables = step_tables(block, grid, coder)  # one per step (step groups: their group's)
     cols = row_length(shape, numel)
     values = np.empty((len(block.bodies), numel), dtype=np.float32)
-    if hasattr(table, "decode_steps"):  # context across steps: key groups in parallel
-        sym = table.decode_steps(block.bodies, numel, cols, None if workers is None else workers.run)
+    if tables and hasattr(tables[0], "decode_steps"):  # context across steps: key groups
+        sym = tables[0].decode_steps(block.bodies, numel, cols,
+                                     None if workers is None else workers.run)
         for t in range(len(block.bodies)):
             values[t] = dequantize(sym[t], grid, block.scales[t])
         return values
 
     def rows(lo, hi):
         for t in range(lo, hi):
-            if hasattr(table, "decode_lookup"):  # decode and dequantize in one pass
-                table.decode_lookup(block.bodies[t], numel, dequantize_table(grid, block.scales[t]),
-                                    out=values[t])
+            if hasattr(tables[t], "decode_lookup"):  # decode and dequantize in one pass
+                tables[t].decode_lookup(block.bodies[t], numel,
+                                        dequantize_table(grid, block.scales[t]), out=values[t])
             else:
-                values[t] = dequantize(table.decode(block.bodies[t], numel, cols=cols), grid,
+                values[t] = dequantize(tables[t].decode(block.bodies[t], numel, cols=cols), grid,
                                        block.scales[t])
 
     map_rows(workers, len(block.bodies), numel, rows)

@@ -199,7 +199,7 @@ def build_codebook(src: str | Path, dst: str | Path, *, format=None, scale=None,
     """Fit a model per layer (or one for all: ``pooled``) of the dump ``src`` (``steps``: only
     those step indices) and save the integer tables as the codebook ``dst`` (``-``: stdout)."""
     from co3cli import codebook as cb
-    from co3cli.codec import DEFAULT_CODER, DEFAULT_FORMAT, DEFAULT_MODEL
+    from co3cli.codec import BOOK_CODER as DEFAULT_CODER, BOOK_MODEL as DEFAULT_MODEL, DEFAULT_FORMAT
     from co3cli.coding import get_coder
     from co3cli.dump import Dump
     from co3cli.fileio import output_file

@@ -18,8 +18,11 @@ fitted to their scaled values pooled (:func:`pooled_sample`) and their counts su
 
 ``TABLE_MODELS`` registers every model a table can be frozen from: the continuous families of
 :mod:`co3cli.models` (``gennorm-zi`` first, the default), the GenNorm mixture ``gennorm2-zi``
-(:mod:`co3cli.mixture`, fitted to the cell counts) and ``empirical`` (the counts themselves).
-Each entry is ``fit(sample, counts, grid) -> fit`` (``empirical``: None).
+(:mod:`co3cli.mixture`, fitted to the cell counts), ``empirical`` (the counts themselves) and
+``auto`` (the file default: per layer the smaller of the counts' and the gennorm-zi table by
+real bits, in step groups where the steps drifted, or stored symbols: :mod:`co3cli.segments`;
+where one table is built without that choice, a group's or a codebook's, the counts').
+Each entry is ``fit(sample, counts, grid) -> fit`` (``empirical``, ``auto``: None).
 
 Reference: Z.-J. Chen, E. E. Hernandez, Y.-C. Huang, S. Rini, "DNN gradient lossless compression:
 Can GenNorm be the answer?", ICC 2022, arXiv:2111.07599 (a Huffman code built from the fitted
@@ -55,6 +58,10 @@ TABLE_MODELS.register(lambda sample, counts, grid: mixture.fit_cells(sample, cou
                       "the counts)")
 TABLE_MODELS.register(lambda sample, counts, grid: None, id="empirical",
                       doc=models.MODELS.doc("empirical"))
+AUTO = "auto"
+TABLE_MODELS.register(lambda sample, counts, grid: None, id=AUTO,
+                      doc="per layer the smallest by real bytes: the counts' or the gennorm-zi "
+                      "table, in step groups where the steps drifted, or the symbols stored")
 
 
 def check_model(model: str) -> str:
@@ -126,7 +133,7 @@ def entropy_bits(counts) -> float:
 
 def weights_from_fit(fit, counts, grid, model: str):
     """Symbol weights (float64, nsym) and metadata of a fit (``empirical``: the counts)."""
-    if model == "empirical":
+    if model in ("empirical", AUTO):  # auto: a single table (a group, a codebook) from counts
         return counts.astype(np.float64), {"model": "empirical"}
     return fit.pmf(grid, 1.0), compact_meta(fit)
 
@@ -134,7 +141,7 @@ def weights_from_fit(fit, counts, grid, model: str):
 def model_weights(data, scales, counts, grid, model: str, sample=None):
     """Symbol weights (float64, nsym) for a table of a (steps, numel) layer, and their metadata
     (``sample``: the scaled values to fit instead of the layer's, e.g. :func:`pooled_sample`)."""
-    if model == "empirical":
+    if model in ("empirical", AUTO):
         return weights_from_fit(None, counts, grid, model)
     fit = fit_table_model(scaled_sample(data, scales) if sample is None else sample, counts,
                           grid, model)

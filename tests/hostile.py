@@ -224,8 +224,46 @@ def corpus() -> dict[str, bytes]:
     return files
 
 
+def steps_block(index: int, meta_raw: bytes, groups, chunks) -> bytes:
+    """``LYS\0`` block: the layer block's fields, its table field the table set of ``groups``
+    ((steps, kind, table bytes); counts, kinds and lengths as given, so they may lie)."""
+    tableset = uvarint(len(groups)) + b"".join(uvarint(n) + bytes([k]) + uvarint(len(t)) + t
+                                               for n, k, t in groups)
+    b = b"LYS\0" + layer_block(index, meta_raw, tableset, chunks)[4:-4]  # its CRC: anew
+    return b + struct.pack("<I", zlib.crc32(b))
+
+
+def build_steps(groups_fn=None, chunks_fn=None) -> bytes:
+    """``base()``'s two-layer file, layer 1 written as an ``LYS`` block with one table group
+    per step (the layer's own table); ``groups_fn(groups, table)`` and ``chunks_fn(chunks)``
+    may make it lie."""
+    h, parts = base(steps=2)
+    meta, table, chunks = parts[1]
+    groups = [(1, 0, table), (1, 0, table)]
+    groups = groups if groups_fn is None else groups_fn(groups, table)
+    chunks = chunks if chunks_fn is None else chunks_fn(chunks)
+    blocks = [layer_block(0, *parts[0]), steps_block(1, meta, groups, chunks)]
+    return assemble(header_block(zlib.compress(dumps(h), 9)), blocks)
+
+
+STEPS_LIES = {  # name -> (groups_fn, what the reader says)
+    "too_few_steps": (lambda g, t: g[:1], "cover 1 of 2"),
+    "too_many_groups": (lambda g, t: g * 2, "4 step groups for 2 steps"),
+    "overrun": (lambda g, t: [(3, 0, t)], "overruns the layer"),
+    "zero_steps": (lambda g, t: [(0, 0, t), (2, 0, t)], "overruns the layer"),
+    "unknown_kind": (lambda g, t: [(1, 7, t), (1, 0, t)], "unknown kind 7"),
+    "stored_with_table": (lambda g, t: [(1, 1, t), (1, 0, t)], "carries a table"),
+    "garbage_table": (lambda g, t: [(1, 0, b"\xff" * 20), (1, 0, t)], "table"),
+}
+
+
+def steps_corpus() -> dict[str, bytes]:
+    """Hostile files with step groups (``LYS`` blocks), each refused by every reader."""
+    return {f"steps_{name}.co3": build_steps(fn) for name, (fn, _) in STEPS_LIES.items()}
+
+
 if __name__ == "__main__":
     CORPUS.mkdir(exist_ok=True)
-    for name, data in {**corpus(), **group_corpus()}.items():
+    for name, data in {**corpus(), **group_corpus(), **steps_corpus()}.items():
         (CORPUS / name).write_bytes(data)
         print(f"{name}: {len(data)} bytes")

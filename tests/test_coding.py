@@ -744,7 +744,7 @@ def test_codec_writes_the_interleaved_layout_identically_for_any_thread_count(tm
     outs = []
     for threads in (1, 2):
         outs.append(tmp_path / f"t{threads}.co3")
-        compress(src, outs[-1], threads=threads)
+        compress(src, outs[-1], coder="ans", model="gennorm-zi", threads=threads)
     assert outs[0].read_bytes() == outs[1].read_bytes()
     with open(outs[0], "rb") as f:
         blocks = {b.name: b for b in open_co3(f).layers()}

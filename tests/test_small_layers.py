@@ -58,8 +58,9 @@ def test_plan_groups_by_kind_with_a_minimum_and_a_cut(monkeypatch):
 @pytest.mark.parametrize("coder", ["ans", "huffman", "ctx"])
 def test_groups_round_trip_bit_exactly_and_cost_fewer_bytes(bn_dump, tmp_path, coder):
     co3, dec = tmp_path / "g.co3", tmp_path / "g.h5"
-    res = compress(bn_dump, co3, coder=coder, threads=1)
-    alone = compress(bn_dump, tmp_path / "a.co3", coder=coder, small_layers=False, threads=1)
+    res = compress(bn_dump, co3, coder=coder, model="gennorm-zi", threads=1)
+    alone = compress(bn_dump, tmp_path / "a.co3", coder=coder, model="gennorm-zi",
+                     small_layers=False, threads=1)
     assert res.nbytes < alone.nbytes - 21 * 100  # 21 small layers: a table and a meta each
     assert [lay["name"] for lay in res.layers] == [lay["name"] for lay in alone.layers]
     assert sum(lay["bytes"] for lay in res.layers) < res.nbytes
@@ -100,7 +101,8 @@ def test_group_records_each_layers_scale_fallback(tmp_path):
               for i in range(8)}
     layers["l3.b"] = (np.tile(np.linspace(-1e-2, 1e-2, 50, dtype=np.float32), (2, 1)), (50,))
     write_dump(tmp_path / "p.h5", layers, steps=np.array([0, 1]))
-    compress(tmp_path / "p.h5", tmp_path / "p.co3", format="fp4-co3", scale="co3-poly")
+    compress(tmp_path / "p.h5", tmp_path / "p.co3", format="fp4-co3", scale="co3-poly",
+             model="gennorm-zi")
     info = {lay["name"]: lay for lay in inspect_co3(tmp_path / "p.co3", decode=True).layers}
     assert {lay["group"] for lay in info.values()} == {0}
     assert info["l3.b"]["scale_fallbacks"] == 2

@@ -9,13 +9,17 @@ import typer
 
 from co3cli.cli.common import (CoderOpt, FormatOpt, JsonOpt, MaxLenOpt, ModelOpt, NonfiniteOpt,
                                PrecisionOpt, QuietOpt, ScaleOpt, coder_params, emit, emit_json,
-                               summary)
+                               kind_choices, summary)
 from co3cli.plot import require_matplotlib
 
 ThreadsOpt = typer.Option(None, "--threads",
                           help="Threads that code layers and steps in parallel (default: every "
                                "core this process may use; 1: no threads). The output is the "
                                "same for any number.")
+# co3 compress's own defaults (co3cli.codec.DEFAULT_CODER / DEFAULT_MODEL: README "Rate")
+FileCoderOpt = typer.Option(None, "--coder", "-c", help=f"Entropy coder: {kind_choices('coder', 'ctx')}.")
+FileModelOpt = typer.Option(None, "--model", "-m",
+                            help=f"Model behind the table: {kind_choices('model', 'auto')}.")
 
 KeyEveryOpt = typer.Option(None, "--key-every",
                            help="ctx-steps: a key step (decodable alone) every K steps; the "
@@ -26,8 +30,8 @@ KeyEveryOpt = typer.Option(None, "--key-every",
 def compress_cli(
     input: str = typer.Argument(..., help="Gradient dump (.h5), or - for stdin."),
     output: str = typer.Option(..., "--output", "-o", help="Output .co3 file, or - for stdout."),
-    format: Optional[str] = FormatOpt, scale: Optional[str] = ScaleOpt, coder: Optional[str] = CoderOpt,
-    model: Optional[str] = ModelOpt,
+    format: Optional[str] = FormatOpt, scale: Optional[str] = ScaleOpt,
+    coder: Optional[str] = FileCoderOpt, model: Optional[str] = FileModelOpt,
     codebook: Optional[Path] = typer.Option(None, "--codebook", "-b",
                                             help="Reuse a saved codebook (it fixes format, scale "
                                                  "rule, coder and tables)."),

@@ -37,11 +37,11 @@ def kind_choices(kind: str, default: str | None = None) -> str:
     if kind == "coder":
         from co3cli.coding import CODERS
 
-        return choices(CODERS, "ans", docs=True)
+        return choices(CODERS, default or "ans", docs=True)
     if kind == "model":
         from co3cli.tables import TABLE_MODELS
 
-        return choices(TABLE_MODELS, "gennorm-zi")
+        return choices(TABLE_MODELS, default or "gennorm-zi")
     if kind == "compressor":
         from co3cli.compressors import COMPRESSORS
 

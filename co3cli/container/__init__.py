@@ -6,11 +6,13 @@ byte is detected before anything is decoded::
     file      := preamble header block* trailer
     preamble  := magic "CO3\\x89GRD\\n" (8) | major u16 | minor u16 | header_len u32
     header    := header_len bytes of zlib-compressed UTF-8 JSON | crc32(preamble + header) u32
-    block     := layer | group                      (group: version 1.1 and later)
+    block     := layer | group | steps              (group: version 1.1 and later)
     layer     := "LYR\\0" | index u32 | meta_len u32 | meta JSON | table_len u32 | table
                  | chunk * steps | crc32(the whole layer block before it) u32
     group     := "GRP\\0" | n u32 | meta_len u32 | meta (zlib-compressed JSON) | table_len u32 | table
                  | member * n | crc32(the whole group block before it) u32
+    steps     := "LYS\\0" | a layer block's fields, its table a table set (step groups, each
+                 with its own table or stored symbols: ``co3cli.container.tableset``)
     member    := gap uvarint | chunk * steps       (its layer index: the previous member's
                                                     + 1 + gap; the first member's: gap)
     chunk     := scale f32 | body_len uvarint (LEB128) | body (coder payload, body_len bytes)
@@ -39,6 +41,10 @@ at key steps ``t % K == 0`` (K = 0: chunk 0 only), which decode alone: step ``s`
 the chunks of its key step ``K * (s // K)`` through ``s``. The layout is unchanged; only such
 files are written as 1.2 (:func:`step_context` says which), and a reader refuses a header with
 such a coder in a file that says less than 1.2.
+
+Step groups (``LYS``): a layer whose steps drifted codes each run of consecutive steps with
+its own table, and a layer of a few entries may be stored without a table; the block tag is
+the feature flag (any 1.x file may hold one), and files without one keep their bytes.
 
 A reader accepts major version 1, any minor version (1.0: no group blocks); it verifies the
 file CRC and structure before decoding anything, and each decoder must consume its chunk

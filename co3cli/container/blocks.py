@@ -14,6 +14,9 @@ import numpy as np
 from co3cli.container.header import (MAX_CHUNK, MAX_ENTRIES_PER_BYTE, MAX_HEADER, MAX_META,
                                      MAX_TABLE, STEP_CONTEXT_MINOR, header_problem, inflate,
                                      parse_json, step_context)
+from co3cli.container.framing import read_uvarint, uvarint
+from co3cli.container.tableset import (STEPS_TAG, pack_tableset, parse_tableset,
+                                       representative_table)
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.fileio import CO3_MAGIC, misplaced
 
@@ -27,32 +30,6 @@ _LAYER_HEAD = struct.Struct("<4sII")  # tag, index (a group: its member count), 
 _F32 = struct.Struct("<f")
 _TRAILER_HEAD = struct.Struct("<4sI")
 LAYER_TAG, GROUP_TAG = b"LYR\0", b"GRP\0"
-
-
-def uvarint(n: int) -> bytes:
-    """One LEB128 varint (the bytes ``varint.uvarints_to_bytes`` writes for it)."""
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def read_uvarint(buf, pos: int, end: int, what: str) -> tuple[int, int]:
-    """The varint at ``buf[pos:end]`` (at most 9 bytes, shortest form) and the position after."""
-    n = shift = 0
-    for k in range(pos, min(end, pos + 9)):
-        b = buf[k]
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            if b == 0 and k > pos:
-                raise CorruptDataError(f"{what}: a varint is not in its shortest form")
-            return n, k + 1
-        shift += 7
-    if end - pos >= 9:
-        raise CorruptDataError(f"{what}: a varint is longer than 9 bytes")
-    raise CorruptDataError(f"{what}: truncated varint")
 
 
 def _chunks_bytes(chunks) -> bytes:
@@ -114,15 +91,23 @@ class Co3Writer:
             self._next += 1
         return start
 
-    def write_layer(self, meta: dict, table: bytes, chunks: list[tuple[float, bytes]]) -> int:
-        """Write one layer block; returns its size in bytes."""
+    def write_layer(self, meta: dict, table: bytes, chunks: list[tuple[float, bytes]],
+                    step_groups: list[tuple[int, int, bytes]] | None = None) -> int:
+        """Write one layer block; returns its size in bytes. ``step_groups`` ((steps, kind,
+        table), ``co3cli.container.tableset``): an ``LYS`` block with those tables instead of
+        ``table`` (which must then be empty)."""
         idx = self._next
         if idx >= self.nlayers:
             raise InputError("more layers written than the header declares")
         self._check_chunks(idx, chunks)
+        tag = LAYER_TAG
+        if step_groups is not None:
+            if table:
+                raise InputError("a layer with step groups takes its tables from them")
+            tag, table = STEPS_TAG, pack_tableset(step_groups, len(self.header["steps"]))
         start = self._claim([idx])
         mj = _json(meta)
-        block = (_LAYER_HEAD.pack(LAYER_TAG, idx, len(mj)) + mj + _U32.pack(len(table)) + table
+        block = (_LAYER_HEAD.pack(tag, idx, len(mj)) + mj + _U32.pack(len(table)) + table
                  + _chunks_bytes(chunks))
         self.w.write(block + _U32.pack(zlib.crc32(block)))
         self.layer_bytes.append(self.w.pos - start)
@@ -179,6 +164,8 @@ class LayerBlock:
     group: int | None = None  # a group member: the index of the group's first layer
     cache: dict = field(default_factory=dict, repr=False)  # shared by a group's members
     # (a reader may keep the parsed table there)
+    step_groups: list | None = None  # an ``LYS`` block: (steps, kind, table bytes) per group
+    # (``table``: the representative one, ``tableset.representative_table``)
 
     @property
     def side_bytes(self) -> int:
@@ -295,15 +282,20 @@ class Co3File:
             raise CorruptDataError(f"layer {i} ({lay['name']}): checksum mismatch")
         end = len(buf) - 4
         tag, idx, mlen = _LAYER_HEAD.unpack_from(buf, 0)
-        if tag != LAYER_TAG or idx != i or len(self._refs[self.offsets[i]]) != 1:
+        if tag not in (LAYER_TAG, STEPS_TAG) or idx != i or len(self._refs[self.offsets[i]]) != 1:
             raise CorruptDataError(f"layer {i}: bad block tag or index")
         meta, table, pos = _meta_table(buf, mv, mlen, end, f"layer {i}")
+        groups = None
+        if tag == STEPS_TAG:
+            groups = parse_tableset(table, len(self.header["steps"]), f"layer {i}")
+            table = representative_table(groups, self.header)
         scales, bodies, payload, pos = _read_chunks(buf, pos, end, len(self.header["steps"]),
                                                     f"layer {i}")
         if pos != end:
             raise CorruptDataError(f"layer {i}: {end - pos} unexpected bytes after its chunks")
         _check_scales(scales, f"layer {i} ({lay['name']})")
-        return LayerBlock(i, lay["name"], meta, table, scales, bodies, len(buf), payload)
+        return LayerBlock(i, lay["name"], meta, table, scales, bodies, len(buf), payload,
+                          step_groups=groups)
 
     def _read_group(self, start: int, buf: bytes) -> dict[int, LayerBlock]:
         refs = self._refs[start]

@@ -2,6 +2,8 @@
 block's integer table parsed (once per group block), each chunk decoded on its own.
 
     header --read_co3_setup--> grid, coder;  block --block_table--> table
+    block --step_tables--> the table of each step (an ``LYS`` block: its group's, a stored
+        group's ``co3cli.coding.raw.RawTable``; otherwise the block's table for every step)
     block --iter_decode_block--> symbols of each step (numel,) --decode_block--> (steps, numel)
 """
 
@@ -10,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from co3cli.coding import coder_from_config, row_length
+from co3cli.coding.raw import RawTable
+from co3cli.container.tableset import KIND_RAW
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.formats import get_grid
 
@@ -33,7 +37,10 @@ def read_co3_setup(header: dict):
 
 
 def block_table(block, grid, coder):
-    """The block's parsed table (a group's members parse it once: ``block.cache``)."""
+    """The block's parsed table (a group's members parse it once: ``block.cache``; an ``LYS``
+    block: every group's table is parsed, the representative one returned)."""
+    if block.step_groups is not None:
+        step_tables(block, grid, coder)
     table = block.cache.get("table")
     if table is None:
         try:
@@ -43,16 +50,37 @@ def block_table(block, grid, coder):
     return table
 
 
+def step_tables(block, grid, coder) -> list:
+    """The table of each step of a verified block, parsed once per group."""
+    if block.step_groups is None:
+        return [block_table(block, grid, coder)] * len(block.bodies)
+    tables = block.cache.get("steps")
+    if tables is None:
+        tables = []
+        for g, (steps, kind, raw) in enumerate(block.step_groups):
+            if kind == KIND_RAW:
+                table = RawTable(grid.nsym)
+            else:
+                try:
+                    table = coder.table_from_bytes(raw, grid.nsym)
+                except InputError as e:
+                    raise CorruptDataError(f"layer {block.name}: bad table of step group {g} "
+                                           f"({e})") from None
+            tables += [table] * steps
+        block.cache["steps"] = tables
+    return tables
+
+
 def iter_decode_block(block, grid, coder, numel: int, shape=None):
     """Symbols (numel,) of each step of one verified layer block, in order."""
-    table = block_table(block, grid, coder)
+    tables = step_tables(block, grid, coder)
     cols = row_length(shape, numel)
-    if hasattr(table, "stream"):  # context across steps (``ctx-steps``): one state, in order
-        stream = table.stream(numel, cols)
+    if tables and hasattr(tables[0], "stream"):  # context across steps (ctx-steps): in order
+        stream = tables[0].stream(numel, cols)
         for body in block.bodies:
             yield stream.decode(body)
         return
-    for body in block.bodies:
+    for table, body in zip(tables, block.bodies):
         yield table.decode(body, numel, cols=cols)
 
 

@@ -9,7 +9,9 @@ and decoded with ``co3 decompress``; ``book.json`` is a codebook built from the 
 and compresses ``source.h5`` to the same bytes. A change of format must bump the minor version
 and keep those tests passing (old files still decode). ``--groups`` writes only the
 ``.co3`` 1.1 fixtures (``GROUP_CASES``: small layers pooled into group blocks, from
-``source-groups.h5``), made by co3cli 0.1.0 with container minor version 1.
+``source-groups.h5``), made by co3cli 0.1.0 with container minor version 1. ``--steps`` writes only the step-group
+fixtures (``STEPS_CASES``, from ``source-steps.h5``: ``LYS`` blocks, a drifting layer split into
+step groups and a tiny one stored).
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ EPOCH = "1767225600"  # 2026-01-01T00:00:00Z, the files' "created"
 
 # name -> co3 compress options (the codebook case is added last)
 CASES = {
-    "fp8-ans": ["--format", "fp8-e5m2", "--coder", "ans"],
-    "fp8-huffman": ["--format", "fp8-e5m2", "--coder", "huffman"],
-    "fp8-ctx": ["--format", "fp8-e5m2", "--coder", "ctx"],
-    "fp4-ans": ["--format", "fp4-co3", "--coder", "ans"],
-    "fp4-huffman": ["--format", "fp4-co3", "--coder", "huffman", "--max-len", "12"],
-    "fp4-ctx": ["--format", "fp4-co3", "--coder", "ctx"],
+    "fp8-ans": ["--format", "fp8-e5m2", "--coder", "ans", "--model", "gennorm-zi"],
+    "fp8-huffman": ["--format", "fp8-e5m2", "--coder", "huffman", "--model", "gennorm-zi"],
+    "fp8-ctx": ["--format", "fp8-e5m2", "--coder", "ctx", "--model", "gennorm-zi"],
+    "fp4-ans": ["--format", "fp4-co3", "--coder", "ans", "--model", "gennorm-zi"],
+    "fp4-huffman": ["--format", "fp4-co3", "--coder", "huffman", "--max-len", "12",
+                    "--model", "gennorm-zi"],
+    "fp4-ctx": ["--format", "fp4-co3", "--coder", "ctx", "--model", "gennorm-zi"],
     "e4m3-empirical-mse": ["--format", "fp8-e4m3", "--coder", "ans", "--model", "empirical",
                            "--scale", "gennorm-mse"],
     "fp8-codebook": ["--codebook", str(HERE / "book.json")],
@@ -43,8 +46,16 @@ BOOK = ["--format", "fp8-e5m2", "--coder", "huffman", "--model", "gennorm-zi"]
 # the 1.1 layout (small layers pooled into group blocks), from ``source-groups.h5``
 GROUP_SOURCE = HERE / "source-groups.h5"
 GROUP_CASES = {
-    "groups-fp8-ans": ["--format", "fp8-e5m2", "--coder", "ans"],
-    "groups-fp4-huffman": ["--format", "fp4-co3", "--coder", "huffman", "--scale", "co3-poly"],
+    "groups-fp8-ans": ["--format", "fp8-e5m2", "--coder", "ans", "--model", "gennorm-zi"],
+    "groups-fp4-huffman": ["--format", "fp4-co3", "--coder", "huffman", "--scale", "co3-poly",
+                           "--model", "gennorm-zi"],
+}
+# step groups and stored layers (``LYS`` blocks), from ``source-steps.h5``
+STEPS_SOURCE = HERE / "source-steps.h5"
+STEPS_CASES = {
+    "steps-fp8-ans-auto": ["--format", "fp8-e5m2", "--coder", "ans", "--model", "auto"],
+    "steps-fp4-huffman": ["--format", "fp4-co3", "--coder", "huffman", "--model", "gennorm-zi"],
+    "steps-default": [],
 }
 
 
@@ -90,6 +101,28 @@ def make_groups() -> None:
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
 
 
+def steps_layers(rng: np.random.Generator, steps: int = 6) -> dict:
+    """A layer whose steps drift (Laplace, then sparse heavy-tailed from step 3 on), one that
+    does not, and a 6-entry bias (stored under ``--model auto``)."""
+    drift = (rng.laplace(size=(steps, 2400)) * 1e-3).astype(np.float32)
+    late = drift[3:]
+    late *= (rng.standard_t(1.5, size=late.shape) / rng.laplace(size=late.shape)).astype(np.float32)
+    late[rng.random(late.shape) < 0.6] = 0.0
+    return {"drift.weight": (drift, (60, 40)),
+            "calm.weight": ((rng.standard_normal((steps, 400)) * 1e-2).astype(np.float32), (400,)),
+            "tiny.bias": ((rng.standard_normal((steps, 6)) * 1e-2).astype(np.float32), (6,))}
+
+
+def make_steps() -> None:
+    from co3cli.dump import write_dump
+
+    write_dump(STEPS_SOURCE, steps_layers(np.random.default_rng(20261216)),
+               steps=np.arange(0, 60, 10), attrs={"task": "golden-steps", "seed": 20261216})
+    for name, opts in STEPS_CASES.items():
+        co3("compress", str(STEPS_SOURCE), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+        co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
+
+
 def co3(*args: str) -> None:
     env = {**os.environ, "SOURCE_DATE_EPOCH": EPOCH}
     subprocess.run([sys.executable, "-m", "co3cli", *args], check=True, env=env)
@@ -111,6 +144,9 @@ def main() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--groups"]:  # only the 1.1 fixtures (the others stay as they are)
         make_groups()
+    elif sys.argv[1:] == ["--steps"]:  # only the step-group fixtures
+        make_steps()
     else:
         main()
         make_groups()
+        make_steps()
