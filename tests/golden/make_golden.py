@@ -39,8 +39,9 @@ CASES = {
                            "--scale", "gennorm-mse"],
     "fp8-codebook": ["--codebook", str(HERE / "book.json")],
     # .co3 1.2: context across steps (step 1 coded given step 0; key steps 0 and 2 / 0 only)
-    "fp8-ctx-steps": ["--format", "fp8-e5m2", "--coder", "ctx-steps", "--key-every", "2"],
-    "fp4-ctx-steps": ["--format", "fp4-co3", "--coder", "ctx-steps"],
+    "fp8-ctx-steps": ["--format", "fp8-e5m2", "--coder", "ctx-steps", "--key-every", "2",
+                      "--model", "gennorm-zi"],
+    "fp4-ctx-steps": ["--format", "fp4-co3", "--coder", "ctx-steps", "--model", "gennorm-zi"],
 }
 BOOK = ["--format", "fp8-e5m2", "--coder", "huffman", "--model", "gennorm-zi"]
 # the 1.1 layout (small layers pooled into group blocks), from ``source-groups.h5``
