@@ -143,7 +143,7 @@ def file_ops(src: Path, tmp: Path):
     from co3cli.codec import compress, decompress
 
     co3, dec = tmp / "f.co3", tmp / "f.h5"
-    compress(src, co3, threads=1)
+    compress(src, co3, threads=1, coder="ans", model="gennorm-zi")
     decompress(co3, dec, threads=1)
     cctx, dctx = zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor()
     pz, pdec = tmp / "p.zst", tmp / "p.h5"
@@ -173,7 +173,8 @@ def file_ops(src: Path, tmp: Path):
                                           / float(s)).numpy()[None, :])
 
     peer_c()
-    return ({"co3": lambda: compress(src, co3, threads=1), "peer": peer_c},
+    return ({"co3": lambda: compress(src, co3, threads=1, coder="ans", model="gennorm-zi"),
+             "peer": peer_c},
             {"co3": lambda: decompress(co3, dec, threads=1), "peer": peer_d})
 
 
