@@ -31,6 +31,9 @@ KEYS = ("entries", "zero_fraction", "beta", "entropy_bpe", "cross_entropy_bpe", 
         "huffman_counts_bpe", "bpe", "payload_bpe")
 
 
+LAYER_META_KEYS = ("step_groups", "scale_fallbacks", "scale_fallback")
+
+
 def cross_entropy_bits(counts: np.ndarray, pmf: np.ndarray) -> float:
     nz = counts > 0
     return float(-(counts[nz] * np.log2(pmf[nz])).sum())
@@ -40,8 +43,8 @@ def _model_pmf(meta: dict, table, grid) -> tuple[np.ndarray, float | None]:
     """The model's symbol pmf (from the fit metadata, or implied by the integer table)."""
     from co3cli.tables import fit_from_meta
 
-    try:
-        fit = fit_from_meta(meta)
+    try:  # the fit's own keys (a layer's metadata also holds step groups, scale fallbacks)
+        fit = fit_from_meta({k: v for k, v in meta.items() if k not in LAYER_META_KEYS})
         if fit is not None:
             pmf = np.asarray(fit.pmf(grid, 1.0), dtype=np.float64)
             beta = fit.params.get("beta")

@@ -183,12 +183,13 @@ def test_no_drift_file_keeps_the_old_layout(tmp_path):
     assert b"LYS\0" not in (tmp_path / "x.co3").read_bytes()
 
 
-def test_report_and_inspect_read_step_groups(tmp_path, capsys):
+@pytest.mark.parametrize("model", ["auto", "gennorm-zi"])  # gennorm-zi: a fit beside the groups
+def test_report_and_inspect_read_step_groups(tmp_path, capsys, model):
     from co3cli.codec import compress
     from conftest import run_cli
 
     src = _write(tmp_path, _layers(np.random.default_rng(8)), 6)
-    compress(src, tmp_path / "x.co3", coder="ans", model="auto", threads=1)
+    compress(src, tmp_path / "x.co3", coder="ans", model=model, threads=1)
     for cmd in (("inspect",), ("inspect", "--decode"), ("report",)):
         code, out, err = run_cli(cmd[0], tmp_path / "x.co3", *cmd[1:], capsys=capsys)
         assert code == 0, (cmd, err)
