@@ -716,5 +716,6 @@ def test_stdin_tty_refused(out, private_tmp):
 def test_co3_on_stdin_is_not_a_dump(good, out, private_tmp):
     with open(good["ans"], "rb") as f:
         r = _run(["compress", "-", "-o", "x.co3"], private_tmp, stdin=f, cwd=out)
-    assert_refused(r.returncode, r.stderr.decode(), "HDF5")
+    assert_refused(r.returncode, r.stderr.decode(), "compressed .co3 file")
+    assert "co3 decompress" in r.stderr.decode()  # says which command reads it
     assert leftovers(out) == []
