@@ -354,6 +354,8 @@ def test_checkpoint_restore_gives_the_same_next_step(tmp_path):
     ({"refit_every": 2.5}, "refit_every"),
     ({"exchange": "carrier-pigeon"}, "exchange"),
     ({"overlap": "yes"}, "overlap"),
+    ({"path": "gpu"}, "path 'gpu'"),
+    ({"path": "torch", "format": "uniform10"}, "not supported"),
 ])
 def test_bad_parameters_raise_input_error(kwargs, match):
     with pytest.raises(InputError, match=match) as info:

@@ -195,6 +195,7 @@ def test_mismatched_config_and_wrong_rank_state_are_named_errors(tmp_path):
     ({"coder": "zip"}, "coder 'zip'"),
     ({"gamma": 2.0}, "gamma"),
     ({"refit_every": 0}, "refit_every"),
+    ({"path": "gpu"}, "path 'gpu'"),
 ])
 def test_bad_parameters_raise_input_error(kwargs, match):
     with pytest.raises(InputError, match=match):

@@ -134,7 +134,9 @@ class TorchCO3:
 
     # ----------------------------------------------------------------- error feedback
     def correct(self, key: Hashable, g: Any) -> tuple[Any, bool]:
-        """``v = g + gamma * e`` as a float32 tensor, and whether it is ``e``'s own buffer."""
+        """``v = g + gamma * e`` as a float32 tensor (built in ``e``'s buffer; ``g`` itself, or
+        its upcast, while there is no memory), and whether the caller may overwrite it (not
+        when it is ``g``)."""
         import torch
 
         e = self.memories.get(key)
