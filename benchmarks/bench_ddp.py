@@ -1,7 +1,12 @@
 """co3's DDP hook against torch's fp16 and PowerSGD hooks: step time, bytes, accuracy, break-even.
 
     python benchmarks/bench_ddp.py [--models mlp resnet] [--worlds 2] [--warmup 5] [--steps 25]
+                                   [--dtype float32|bfloat16|float16] [--hooks NAME ...]
                                    [--out benchmarks/results]
+
+``--dtype``: the models' parameter (and so gradient bucket) dtype; ``--hooks``: a subset of the
+hook names below (allreduce and fp16, the references, are always run). To compare against
+another checkout of co3cli in the same way, run this script with ``PYTHONPATH=<that checkout>``.
 
 (From a working tree, prefix ``PYTHONPATH=.``: the spawned ranks otherwise import the
 installed co3cli.)
@@ -146,9 +151,10 @@ def _register(ddp, name: str, params: dict[str, Any]):
 class _Run:
     """One hook on one model: its own DDP copy (seed 0), optimizer, minibatch stream."""
 
-    def __init__(self, rank: int, model_name: str, name: str, params: dict[str, Any]):
-        self.name, self.params = name, params
-        self.model = build_model(model_name)
+    def __init__(self, rank: int, model_name: str, name: str, params: dict[str, Any],
+                 dtype: torch.dtype = torch.float32):
+        self.name, self.params, self.dtype = name, params, dtype
+        self.model = build_model(model_name).to(dtype)
         self.ddp = torch.nn.parallel.DistributedDataParallel(
             self.model, bucket_cap_mb=params.get("bucket_cap_mb", BUCKET_CAP_MB))
         self.state = _register(self.ddp, name, params)
@@ -163,7 +169,7 @@ class _Run:
         dist.barrier()
         t0 = time.perf_counter()
         self.opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(self.ddp(x[idx]), y[idx])
+        loss = torch.nn.functional.cross_entropy(self.ddp(x[idx].to(self.dtype)).float(), y[idx])
         loss.backward()
         self.opt.step()
         t1 = time.perf_counter()
@@ -180,10 +186,11 @@ class _Run:
         # statistics are not settled yet (eval mode put every hook at chance); on a copy, so
         # the model's running statistics stay as trained
         with torch.no_grad():
-            logits = copy.deepcopy(self.model).train()(test[0])
+            logits = copy.deepcopy(self.model).train()(test[0].to(self.dtype)).float()
         numel = sum(p.numel() for p in self.model.parameters())
         out: dict[str, Any] = {
             "model": model_name, "hook": self.name, "world": world, "numel": numel,
+            "dtype": str(self.dtype).replace("torch.", ""),
             "median_step_ms": 1e3 * float(np.median(self.times)),
             "p90_step_ms": 1e3 * float(np.percentile(self.times, 90)),
             "train_loss": float(np.mean(self.losses[-5:])), "first_loss": self.losses[0],
@@ -191,7 +198,7 @@ class _Run:
             "test_accuracy": float((logits.argmax(1) == test[1]).float().mean()),
             "steps_trained": len(self.losses)}
         if self.name == "allreduce":
-            out["bytes_per_step"] = 4 * numel
+            out["bytes_per_step"] = self.dtype.itemsize * numel
         elif self.name.startswith("fp16"):
             out["bytes_per_step"] = 2 * numel
         elif self.name.startswith("powersgd"):
@@ -209,10 +216,11 @@ class _Run:
 
 
 def run_model(rank: int, world: int, model_name: str, train, test, warmup: int,
-              steps: int) -> list[dict[str, Any]]:
+              steps: int, hooks: list[str], dtype: str) -> list[dict[str, Any]]:
     """Every hook on ``model_name``, interleaved: step ``i`` of every hook, then step ``i + 1``
     (the order rotates each step), so a change of machine load hits every hook alike."""
-    runs = [_Run(rank, model_name, name, params) for name, params in HOOKS]
+    runs = [_Run(rank, model_name, name, params, getattr(torch, dtype))
+            for name, params in HOOKS if name in hooks]
     for i in range(warmup + steps):
         k = i % len(runs)
         for run in runs[k:] + runs[:k]:
@@ -221,7 +229,7 @@ def run_model(rank: int, world: int, model_name: str, train, test, warmup: int,
 
 
 def worker(rank: int, world: int, store_path: str, out_path: str, models: list[str],
-           warmup: int, steps: int) -> None:
+           warmup: int, steps: int, hooks: list[str], dtype: str) -> None:
     torch.set_num_threads(1)
     from co3cli.tasks import load_task_data
 
@@ -234,7 +242,7 @@ def worker(rank: int, world: int, store_path: str, out_path: str, models: list[s
                 torch.as_tensor(test_ds.y[:EVAL_SAMPLES]))
         results = []
         for model_name in models:
-            rows = run_model(rank, world, model_name, train, test, warmup, steps)
+            rows = run_model(rank, world, model_name, train, test, warmup, steps, hooks, dtype)
             results += rows
             if rank == 0:
                 for r in rows:
@@ -250,11 +258,13 @@ def worker(rank: int, world: int, store_path: str, out_path: str, models: list[s
             dist.destroy_process_group()
 
 
-def launch(world: int, models: list[str], warmup: int, steps: int) -> list[dict[str, Any]]:
+def launch(world: int, models: list[str], warmup: int, steps: int, hooks: list[str],
+           dtype: str = "float32") -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "results.json")
         mp.start_processes(worker, args=(world, os.path.join(tmp, "store"), out, models, warmup,
-                                         steps), nprocs=world, join=True, start_method="spawn")
+                                         steps, hooks, dtype),
+                           nprocs=world, join=True, start_method="spawn")
         return json.loads(Path(out).read_text())
 
 
@@ -312,7 +322,8 @@ def write_results(rows: list[dict[str, Any]], out: Path, header: dict[str, Any])
         "# co3 DDP hook vs torch's fp16 and PowerSGD hooks (co3cli.ddp)", "",
         f"`{header['command']}` on {header['date']}, {header['machine']}, Python "
         f"{header['python']}, torch {header['torch']}, co3cli {header['co3cli']}, gloo on CPU, "
-        f"one torch thread per rank, {header['wall_s']:.0f} s in all.", "",
+        f"one torch thread per rank, {header['wall_s']:.0f} s in all; model parameters and "
+        f"gradient buckets in {header.get('dtype', 'float32')}.", "",
         "Models (seed 0): " + "; ".join(f"`{m}` = {MODELS[m]}" for m in header["models"]) +
         f". Data: co3cli.tasks' mnist5k-resnet train split (batch {BATCH} per rank, each rank "
         f"its own minibatches, the same for every hook); held-out loss and accuracy on "
@@ -399,6 +410,9 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["mlp", "resnet"])
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    ap.add_argument("--hooks", nargs="+", choices=[h for h, _ in HOOKS],
+                    default=[h for h, _ in HOOKS])
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--from-json", type=Path, help=argparse.SUPPRESS)  # re-render saved rows
     args = ap.parse_args()
@@ -409,7 +423,8 @@ def main() -> None:
     rows = json.loads(args.from_json.read_text()) if args.from_json else []
     for w in [] if args.from_json else args.worlds:
         print(f"world size {w}", flush=True)
-        rows += launch(w, args.models, args.warmup, args.steps)
+        hooks = sorted(set(args.hooks) | {"allreduce", "fp16"})
+        rows += launch(w, args.models, args.warmup, args.steps, hooks, args.dtype)
         (Path(tempfile.gettempdir()) / "bench_ddp_rows.json").write_text(json.dumps(rows))
     load_at_end = os.getloadavg()[0]
     header = {
@@ -418,7 +433,7 @@ def main() -> None:
         "machine": f"{platform.machine()} ({os.cpu_count()} cores)",
         "python": platform.python_version(), "torch": torch.__version__,
         "co3cli": co3cli.__version__, "warmup": args.warmup, "steps": args.steps,
-        "models": args.models, "wall_s": round(time.time() - t0, 1),
+        "models": args.models, "wall_s": round(time.time() - t0, 1), "dtype": args.dtype,
         "load_average_at_start": load_at_start, "load_average_at_end": load_at_end,
     }
     header["notes"] = [f"Load average (1 min): {load_at_start:.2f} at the start, "

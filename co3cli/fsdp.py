@@ -13,17 +13,21 @@ Data flow, per FSDP module and backward, on rank ``r`` of ``W`` (FSDP calls the 
 flat gradient ``input`` laid out as ``W`` rows of ``S`` entries, row ``d`` destined to rank ``d``'s
 shard, each row the concatenation of the module's parameters' dim-0 chunks)::
 
-    input (device, reduce dtype) --to host float32--> x[W, S]
+    input x[W, S] (its device, reduce dtype; no float32 copy of it is made)
+    first call: every rank's config all-gathered and compared (ConfigMismatchError on all)
+    non-finite anywhere? one int32 all-reduce (then the plain reduce-scatter, see below)
     per destination d != r, per parameter segment p of the row (key (module, p, d)):
-        v = x[d]_p + gamma * e_(p,d)                (ErrorFeedback: what r owes d's shard)
-        packet = co3.compress(v, sender[(p, d)])     (quantize + entropy-code)
-        e_(p,d) = v - packet.v_hat
-    payload[d] = uvarint(len(packet_p)) for each p || the packets
+        v = x[d]_p + gamma * e_(p,d)                (TorchCO3: what r owes d's shard; e on x's
+        packet = co3.compress(v, sender[(p, d)])     device, float32; symbols to the host,
+        e_(p,d) = v - packet.v_hat                   coded there: co3cli.compressors.device)
+    payload[d] = uvarint(len(packet_p)) for each p || the packets || crc32   (co3cli.ddp.wire)
     all_to_all_single(lengths)  then  all_to_all_single(payloads, split sizes)   (gloo and NCCL)
-    shard = sum over s = 0..W-1 in rank order, float32, of
-            x[r] (s == r: this rank's own part never leaves it, so it is exact)
-            decompress(payload from s, receiver[(p, s)])   (s != r)
-    shard /= W (op AVG; SUM leaves it) --> output (device, its dtype)
+    every rank checks the crc32 of what it got; one int32 all-reduce: on a failure every rank
+    raises PayloadChecksumError naming the sender
+    per segment p: shard_p = sum over s = 0..W-1 in rank order, float32, of
+            x[r]_p (s == r: this rank's own part never leaves it, so it is exact)
+            decompress(payload from s, receiver[(p, s)])   (s != r; host, then to the device)
+    shard_p /= W (op AVG; SUM leaves it) --> output (device, its dtype)
 
 Each shard is reduced by exactly one rank, so consistency is a property of the bytes: every
 payload is decoded with the receiver state built from that sender's earlier payloads only, and
@@ -40,11 +44,13 @@ Synchronous. FSDP2 calls the comm without ``async_op`` and on CPU/gloo in the ba
 thread; the exchange and decode happen inside the call. Non-finite gradients (any rank) take
 the plain ``reduce_scatter_single`` path untouched (no memory or table update).
 
-Checks. The first call all-gathers every rank's config and world size and raises
-:class:`ConfigMismatchError` on every rank if they differ. Checkpoints: ``state_dict()`` records
-rank, world size and config; :meth:`CO3FSDPState.load_state_dict` raises
-:class:`StateMismatchError` ("state of rank 0 loaded on rank 1") on another rank, world size,
-format, coder or model. Each rank saves and restores its own state.
+Checks and faults (shared with the DDP hook: :mod:`co3cli.ddp.wire`). The first call
+all-gathers every rank's config and world size and raises :class:`ConfigMismatchError` on every
+rank if they differ. A failed collective (a rank died, or the process group's timeout) raises
+``PeerFailureError``. Checkpoints: ``state_dict()`` records rank, world size and config;
+:meth:`CO3FSDPState.load_state_dict` raises :class:`StateMismatchError` ("co3 FSDP state of rank
+0 loaded on rank 1") on another rank, world size, format, coder, model or scale. Each rank saves
+and restores its own state.
 """
 
 from __future__ import annotations
@@ -56,12 +62,15 @@ import numpy as np
 
 from co3cli.checks import check_int
 from co3cli.coding import CODERS
-from co3cli.compressors import CO3, ErrorFeedback, get_compressor
-from co3cli.errors import ConfigMismatchError, CorruptDataError, InputError, StateMismatchError
-from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
+from co3cli.compressors import CO3, get_compressor
+from co3cli.compressors.device import TorchCO3
+from co3cli.ddp import wire
+from co3cli.errors import InputError, StateMismatchError
 
 STATE_VERSION = 1
 LENGTH_BYTES = 8  # the int64 payload length sent to each peer per call
+WHO = "co3 FSDP"
+CONFIG_KEYS = ("format", "coder", "model", "scale")  # a checkpoint must match these
 
 
 class CO3FSDPState:
@@ -69,21 +78,23 @@ class CO3FSDPState:
 
     ``format``/``coder``/``model``/``scale``/``refit_every`` configure
     :class:`co3cli.compressors.CO3`; ``gamma`` in [0, 1] decays the error memory
-    (:class:`co3cli.compressors.ErrorFeedback`, one memory per (module, segment, peer))."""
+    (one float32 memory per (module, segment, peer), on the gradients' device); ``path``:
+    ``"auto"`` (numba on CPU, torch ops on CUDA) or ``"torch"`` (torch ops everywhere; the
+    same bits)."""
 
     def __init__(self, *, format: str = "fp8-e5m2", coder: str = "ans", gamma: float = 0.9,
-                 refit_every: int = 100, model: str = "gennorm-zi", scale: str | None = None):
+                 refit_every: int = 100, model: str = "gennorm-zi", scale: str | None = None,
+                 path: str = "auto"):
         check_int("refit_every", refit_every, lo=1, who="CO3FSDPState: ")
         if coder not in CODERS:
             raise InputError(f"CO3FSDPState: coder {coder!r} is not one of {CODERS.allowed()}")
         self.config = {"format": format, "coder": coder, "model": model, "scale": scale,
                        "refit_every": refit_every}
         self.compressor: CO3 = get_compressor("co3", **self.config)  # validates format, model
-        try:
-            self.feedback = ErrorFeedback(gamma)  # keys: (module, segment, destination)
+        try:  # error feedback + co3 on the gradients' device; keys: (module, segment, dest)
+            self.feedback = TorchCO3(self.compressor, gamma, path)
         except InputError as e:
             raise InputError(f"CO3FSDPState: {e}") from None
-        self._rng = np.random.default_rng(0)  # co3 is deterministic; the API wants a generator
         self.senders: dict[tuple, dict] = {}  # (module, segment, destination) -> sender state
         self.receivers: dict[tuple, dict] = {}  # (module, segment, source) -> decoder state
         self.layouts: dict[int, tuple[int, ...]] = {}  # module -> segment sizes in use
@@ -121,18 +132,7 @@ class CO3FSDPState:
         return layout
 
     def _check_config(self, group: Any, world: int) -> None:
-        import torch.distributed as dist
-
-        mine = {**self.config, "gamma": self.gamma, "world": world}
-        everyone: list[Any] = [None] * world
-        dist.all_gather_object(everyone, mine, group=group)
-        for src, theirs in enumerate(everyone):
-            if theirs != mine:
-                diff = sorted(k for k in mine if theirs.get(k) != mine[k])
-                raise ConfigMismatchError(
-                    f"co3 fsdp: rank {src} has " + ", ".join(f"{k}={theirs.get(k)!r}" for k in diff)
-                    + f", rank {dist.get_rank(group)} has "
-                    + ", ".join(f"{k}={mine[k]!r}" for k in diff))
+        wire.check_configs({**self.config, "gamma": self.gamma, "world": world}, group, WHO)
         self.checked = True
 
     # ----------------------------------------------------------------- checkpoints
@@ -145,7 +145,7 @@ class CO3FSDPState:
         return {"version": STATE_VERSION, "rank": rank, "world": world,
                 "config": dict(self.config), "gamma": self.gamma,
                 "layouts": dict(self.layouts), "checked": self.checked,
-                "memories": self.feedback.state_dict()["memories"],
+                "memories": {k: self.feedback.memory(k) for k in self.feedback.keys()},
                 "senders": {k: self.compressor.export_state(v) for k, v in self.senders.items()},
                 "receivers": {k: self.compressor.export_state(v)
                               for k, v in self.receivers.items()},
@@ -161,16 +161,12 @@ class CO3FSDPState:
                                      "state dict")
         rank = dist.get_rank() if dist.is_initialized() else 0
         world = dist.get_world_size() if dist.is_initialized() else 1
-        if sd["world"] != world:
-            raise StateMismatchError(f"co3 fsdp: state of a {sd['world']}-rank job loaded in a "
-                                     f"{world}-rank job")
-        if sd["rank"] != rank:
-            raise StateMismatchError(f"co3 fsdp: state of rank {sd['rank']} loaded on rank {rank}")
-        for k in ("format", "coder", "model", "scale"):
-            if sd["config"].get(k) != self.config[k]:
-                raise StateMismatchError(f"co3 fsdp: state has {k}={sd['config'].get(k)!r}, "
-                                         f"this state has {self.config[k]!r}")
-        self.feedback.load_state_dict({"gamma": sd["gamma"], "memories": sd["memories"]})
+        wire.check_placement(sd["rank"], sd["world"], rank, world, WHO)
+        wire.check_saved_config(sd["config"], self.config, CONFIG_KEYS, WHO)
+        self.feedback.gamma = sd["gamma"]
+        self.feedback.memories = {}
+        for k, m in sd["memories"].items():
+            self.feedback.load(k, m)
         self.senders = {k: self.compressor.import_state(v) for k, v in sd["senders"].items()}
         self.receivers = {k: self.compressor.import_state(v) for k, v in sd["receivers"].items()}
         self.layouts = dict(sd["layouts"])
@@ -188,64 +184,62 @@ class CO3FSDPState:
         if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
             raise InputError(f"co3 fsdp: reduce op {op} is not supported (SUM, AVG); do not set "
                              "a gradient divide factor with co3")
-        if not self.checked:
-            self._check_config(group, world)
-        x = input.detach().to(device="cpu", dtype=torch.float32).reshape(world, -1).numpy()
-        bad = torch.tensor([0 if np.isfinite(x.sum()) else 1], dtype=torch.int32,
-                           device=input.device)
-        dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=group)
-        if int(bad.item()):
-            self._stats["nonfinite_calls"] += 1
-            dist.reduce_scatter_tensor(output, input, op=op, group=group)
-            return
+        x = input.detach().reshape(world, -1)
+        with wire.collective(WHO, rank):
+            if not self.checked:
+                self._check_config(group, world)
+            if wire.agree(int(wire.nonfinite(x)), input.device, group):
+                self._stats["nonfinite_calls"] += 1
+                dist.reduce_scatter_tensor(output, input, op=op, group=group)
+                return
         layout = self._layout(module, sizes, x.shape[1])
         bounds = np.cumsum((0,) + layout)
         t0 = time.perf_counter()
         payloads = [b""] * world
-        comp, fb = self.compressor, self.feedback
         for d in range(world):
-            if d == rank:
-                continue
-            parts = []
-            for seg, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-                key = (module, seg, d)
-                packet = fb.step(key, x[d, lo:hi], comp, self.senders.setdefault(key, {}),
-                                 self._rng)
-                parts.append(packet.payload)
-            payloads[d] = uvarints_to_bytes([len(b) for b in parts]) + b"".join(parts)
+            if d != rank:
+                payloads[d] = wire.frame([
+                    self.feedback.step((module, seg, d), x[d, lo:hi],
+                                       self.senders.setdefault((module, seg, d), {})).payload
+                    for seg, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))])
         t1 = time.perf_counter()
-        received = _all_to_all(payloads, group, world, input.device)
+        with wire.collective(WHO, rank):
+            received = _all_to_all(payloads, group, world, input.device)
+            bad = 0  # 1 + the highest rank whose payload failed its checksum here
+            for src in range(world):
+                if src != rank and not wire.intact(received[src]):
+                    bad = src + 1
+            bad = wire.agree(bad, input.device, group)  # every rank raises, or none
+        if bad:
+            raise wire.PayloadChecksumError(f"{WHO}: a payload from rank {bad - 1} failed its "
+                                            "checksum")
         t2 = time.perf_counter()
-        total = np.zeros(x.shape[1], np.float32)
-        for src in range(world):  # rank order, float32
-            if src == rank:
-                total += x[rank]
-            else:
-                self._decode_into(total, received[src], module, src, layout, bounds)
-        if op == dist.ReduceOp.AVG:
-            total /= np.float32(world)
-        output.copy_(torch.from_numpy(total).to(device=output.device, dtype=output.dtype))
+        spans = [wire.unframe(received[src], len(layout), src, WHO) if src != rank else None
+                 for src in range(world)]
+        out = output.view(-1)
+        w = torch.tensor(world, dtype=torch.float32, device=output.device)
+        for seg, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+            total = None  # rank order, float32
+            for src in range(world):
+                if src == rank:
+                    part = x[rank, lo:hi]
+                else:
+                    rs = self.receivers.setdefault((module, seg, src), {})
+                    a, b = spans[src][seg]
+                    part = torch.from_numpy(self.compressor.decompress(
+                        received[src][a:b], int(hi - lo), rs)).to(output.device)
+                total = part.to(torch.float32) + 0.0 if total is None else total.add_(part)
+            if op == dist.ReduceOp.AVG:
+                total.div_(w)
+            out[lo:hi] = total
         t3 = time.perf_counter()
         s = self._stats
         s["calls"] += 1
         s["bytes_total"] += sum(len(p) for p in payloads) + LENGTH_BYTES * (world - 1)
-        s["entries_total"] += x.size
+        s["entries_total"] += x.numel()
         s["t_compress_total"] += t1 - t0
         s["t_exchange_total"] += t2 - t1
         s["t_decode_total"] += t3 - t2
-
-    def _decode_into(self, total: np.ndarray, payload: bytes, module: int, src: int,
-                     layout: tuple[int, ...], bounds: np.ndarray) -> None:
-        count = len(layout)
-        lengths, pos = uvarints_from_bytes(payload[:9 * count], count, "co3 fsdp payload lengths")
-        ends = pos + np.cumsum(lengths.astype(np.int64))
-        if ends[-1] != len(payload):
-            raise CorruptDataError(f"co3 fsdp: rank {src} sent {len(payload)} bytes, its lengths "
-                                   f"say {int(ends[-1])}")
-        starts = np.concatenate([[pos], ends[:-1]])
-        for seg, (a, b, lo, hi) in enumerate(zip(starts, ends, bounds[:-1], bounds[1:])):
-            rs = self.receivers.setdefault((module, seg, src), {})
-            total[lo:hi] += self.compressor.decompress(payload[a:b], int(hi - lo), rs)
 
 
 def _all_to_all(payloads: list[bytes], group: Any, world: int, device: Any) -> list[bytes]:
@@ -258,12 +252,10 @@ def _all_to_all(payloads: list[bytes], group: Any, world: int, device: Any) -> l
     recv_len = torch.empty(world, dtype=torch.int64, device=device)
     dist.all_to_all_single(recv_len, send_len, group=group)
     ins, outs = [len(p) for p in payloads], recv_len.cpu().tolist()
-    blob = b"".join(payloads)
-    send = torch.frombuffer(bytearray(blob), dtype=torch.uint8) if blob else \
-        torch.empty(0, dtype=torch.uint8)
     recv = torch.empty(sum(outs), dtype=torch.uint8, device=device)
-    dist.all_to_all_single(recv, send.to(device), outs, ins, group=group)
-    data = recv.cpu().numpy().tobytes()
+    dist.all_to_all_single(recv, wire.from_bytes(b"".join(payloads), device), outs, ins,
+                           group=group)
+    data = wire.to_host_bytes(recv)
     ends = np.cumsum(outs)
     return [data[e - n:e] for n, e in zip(outs, ends)]
 

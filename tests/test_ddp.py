@@ -55,7 +55,7 @@ def _memory(state: CO3State, key: int) -> np.ndarray:
 
 
 def _flat_params(model: torch.nn.Module) -> np.ndarray:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+    return torch.cat([p.detach().float().reshape(-1) for p in model.parameters()]).numpy().copy()
 
 
 def _scenario_train(rank: int, world: int, out: Path) -> dict[str, Any]:
@@ -176,9 +176,9 @@ def _scenario_nonfinite(rank: int, world: int, out: Path) -> dict[str, Any]:
     return {"grads": grads, "memories": memories, "stats": state.stats()}
 
 
-def _three_steps(rank: int, **co3) -> dict[str, Any]:
+def _three_steps(rank: int, dtype: torch.dtype = torch.float32, **co3) -> dict[str, Any]:
     """Three DDP steps through the CO3 hook with these CO3State options: params and stats."""
-    model = _model()
+    model = _model().to(dtype)
     ddp = _ddp(model)
     state = CO3State(None, **co3)
     ddp.register_comm_hook(state, co3_hook)
@@ -186,9 +186,21 @@ def _three_steps(rank: int, **co3) -> dict[str, Any]:
     state.guard(opt, after=2)  # the hook runs: the guard stays quiet
     params = []
     for step in range(3):
-        _step(ddp, opt, rank, step)
+        x, y = _batch(rank, step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x.to(dtype)), y).backward()
+        opt.step()
         params.append(_flat_params(model))
-    return {"params": params, "stats": state.stats()}
+    return {"params": params, "stats": state.stats(), "memories":
+            {k: _memory(state, k) for k in state._params}}
+
+
+def _scenario_paths(rank: int, world: int, out: Path) -> dict[str, Any]:
+    """The numba (CPU default) and the torch-op (CUDA) paths through the hook, float32 and
+    bf16 models."""
+    return {str(dt): {path: _three_steps(rank, dt, path=path, refit_every=2)
+                      for path in ("auto", "torch")}
+            for dt in (torch.float32, torch.bfloat16)}
 
 
 def _scenario_overlap(rank: int, world: int, out: Path) -> dict[str, Any]:
@@ -279,7 +291,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "job_a": _scenario_job_a, "job_b": _scenario_job_b, "job_mismatch": _scenario_job_mismatch,
     "ctx": _scenario_ctx, "poly": _scenario_poly, "overlap": _scenario_overlap,
     "train": _scenario_train, "ckpt_a": _scenario_ckpt_a, "ckpt_b": _scenario_ckpt_b,
-    "nonfinite": _scenario_nonfinite,
+    "nonfinite": _scenario_nonfinite, "paths": _scenario_paths,
 }
 
 
@@ -342,6 +354,8 @@ def test_checkpoint_restore_gives_the_same_next_step(tmp_path):
     ({"refit_every": 2.5}, "refit_every"),
     ({"exchange": "carrier-pigeon"}, "exchange"),
     ({"overlap": "yes"}, "overlap"),
+    ({"path": "gpu"}, "path 'gpu'"),
+    ({"path": "torch", "format": "uniform10"}, "not supported"),
 ])
 def test_bad_parameters_raise_input_error(kwargs, match):
     with pytest.raises(InputError, match=match) as info:
@@ -387,6 +401,24 @@ def test_overlap_gives_the_synchronous_results_bit_for_bit(tmp_path):
     for a, b in zip(r0["overlap"]["params"], r1["overlap"]["params"]):
         assert np.array_equal(a, b)  # replicas identical
     assert not np.array_equal(r0["overlap"]["params"][0], r0["overlap"]["params"][-1])
+
+
+def test_the_torch_path_gives_the_numba_results_bit_for_bit(tmp_path):
+    """What a CUDA bucket gets (torch ops), run on CPU, against the CPU default; fp32 and bf16
+    models; replicas identical."""
+    r0, r1 = _launch(tmp_path, "paths")
+    for dt in ("torch.float32", "torch.bfloat16"):
+        for r in (r0, r1):
+            a, b = r[dt]["auto"], r[dt]["torch"]
+            for step, (pa, pb) in enumerate(zip(a["params"], b["params"])):
+                assert np.array_equal(pa, pb), f"{dt}: paths differ after step {step}"
+            assert a["stats"]["bytes_total"] == b["stats"]["bytes_total"]
+            for k in a["memories"]:
+                assert np.array_equal(a["memories"][k], b["memories"][k])
+                assert a["memories"][k].dtype == np.float32
+        for pa, pb in zip(r0[dt]["torch"]["params"], r1[dt]["torch"]["params"]):
+            assert np.array_equal(pa, pb)
+        assert not np.array_equal(r0[dt]["auto"]["params"][0], r0[dt]["auto"]["params"][-1])
 
 
 def test_overlap_survives_pickling():

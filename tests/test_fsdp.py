@@ -185,7 +185,7 @@ def test_mismatched_config_and_wrong_rank_state_are_named_errors(tmp_path):
         name, msg = r["mismatch"]
         assert name == "ConfigMismatchError" and "\n" not in msg
         assert "format='fp4-co3'" in msg and "format='fp8-e5m2'" in msg
-        assert r["wrong_rank"] == f"co3 fsdp: state of rank {1 - rank} loaded on rank {rank}"
+        assert r["wrong_rank"] == f"co3 FSDP state of rank {1 - rank} loaded on rank {rank}"
         assert 0 < r["direct_rel_err"] < 0.1  # fp8-e5m2: a few % of quantization error
         assert r["direct_bytes"] > 0  # (the first payload carries its tables)
 
@@ -195,6 +195,7 @@ def test_mismatched_config_and_wrong_rank_state_are_named_errors(tmp_path):
     ({"coder": "zip"}, "coder 'zip'"),
     ({"gamma": 2.0}, "gamma"),
     ({"refit_every": 0}, "refit_every"),
+    ({"path": "gpu"}, "path 'gpu'"),
 ])
 def test_bad_parameters_raise_input_error(kwargs, match):
     with pytest.raises(InputError, match=match):
@@ -204,7 +205,7 @@ def test_bad_parameters_raise_input_error(kwargs, match):
 def test_state_dict_of_another_world_or_config_is_refused():
     state = CO3FSDPState(format="fp8-e5m2")
     sd = state.state_dict()
-    with pytest.raises(StateMismatchError, match="2-rank job loaded in a 1-rank job"):
+    with pytest.raises(StateMismatchError, match="saved with world size 2, loaded with 1"):
         state.load_state_dict({**sd, "world": 2})
     with pytest.raises(StateMismatchError, match="format='fp8-e5m2'"):
         CO3FSDPState(format="fp4-co3").load_state_dict(sd)
