@@ -9,7 +9,9 @@
 Modules: :mod:`~co3cli.compressors.base` (the contract, ``COMPRESSORS`` registry, ``none``),
 :mod:`~co3cli.compressors.co3` (``co3``: grid + model table + entropy coder),
 :mod:`~co3cli.compressors.baselines` (``qsgd``, ``topk``, ``signsgd``, ``sketch``,
-``tinyscript``), :mod:`~co3cli.compressors.feedback` (error feedback with decay gamma).
+``tinyscript``), :mod:`~co3cli.compressors.feedback` (error feedback with decay gamma),
+:mod:`~co3cli.compressors.device` (``co3`` with its error feedback as torch ops on the
+tensor's device, bit-identical to the numba path: the DDP/FSDP GPU-bucket path).
 Transports import from here; they implement neither a compressor nor error feedback themselves.
 """
 
