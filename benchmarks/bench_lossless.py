@@ -38,7 +38,6 @@ import argparse
 import json
 import lzma
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -48,6 +47,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_pipeline import interleaved  # noqa: E402  (the one round-robin timer)
 
 TYPES = ("float32", "bfloat16", "float16")
 IDS = {"float32": "f32-lossless", "bfloat16": "bf16-lossless", "float16": "f16-lossless"}
@@ -239,17 +240,6 @@ def load_typed(path):
             ds = f["grads"][n]
             out.append(ds[()].view(np.uint32 if ds.dtype == np.float32 else np.uint16))
         return out, None
-
-
-def interleaved(tasks: dict, repeat: int) -> dict:
-    """Median process CPU seconds of each callable, run round-robin ``repeat`` times."""
-    ts = {k: [] for k in tasks}
-    for _ in range(repeat):
-        for k, fn in tasks.items():
-            t = time.process_time()
-            fn()
-            ts[k].append(time.process_time() - t)
-    return {k: statistics.median(v) for k, v in ts.items()}
 
 
 def capture_dumps(folder: str) -> dict:

@@ -110,25 +110,8 @@ _STATUS = {K.E_SHORT: "runs out before its end", K.E_STATE: "ends in the wrong c
 def _uv(data: bytes, pos: int):
     """One uvarint (LEB128, shortest form, at most 9 bytes) of ``data`` at ``pos`` and the
     position after (CorruptDataError otherwise)."""
-    n = shift = 0
-    for k in range(pos, min(len(data), pos + 9)):
-        b = data[k]
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            if b == 0 and k > pos:
-                raise CorruptDataError("lossless chunk: a length not in its shortest form")
-            return n, k + 1
-        shift += 7
-    raise CorruptDataError("lossless chunk: truncated or over-long length")
-
-
-def _uv_bytes(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    (n,), used = uvarints_from_bytes(data[pos:pos + 9], 1, "lossless chunk length")
+    return int(n), pos + used
 
 
 class LosslessTable:
@@ -241,7 +224,7 @@ class LosslessTable:
                              "context (the table was fitted to other data)")
         payload = np.concatenate([np.array([int(x) & 0xFFFFFFFF, int(x) >> 32], np.uint32),
                                   out[:nw][::-1]]).astype("<u4").tobytes()
-        return _uv_bytes(len(payload)) + payload + packed.tobytes()
+        return uvarints_to_bytes([len(payload)]) + payload + packed.tobytes()
 
     def code_bits(self, counts: np.ndarray) -> float:
         """Exact bits of the payload that codes (contexts, nsym) ``counts`` with this table."""
