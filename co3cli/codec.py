@@ -3,10 +3,12 @@
     dump.h5 ──read layer (steps, numel)──▶ scale per step ──▶ symbols per step
              ──▶ per-layer integer table (model fit of the scaled values, or a saved codebook;
                  one per group of steps where they drifted, or none: stored; co3cli.segments)
-             ──▶ one independently decodable chunk per step ──▶ grads.co3
+             ──▶ one chunk per step, decodable alone (``ctx-steps``: from its key step on)
+             ──▶ grads.co3
     small layers (``co3cli.container.plan``) ──read together──▶ scale, symbols per layer and step
              ──▶ one table for the group (the model fitted to their scaled values pooled)
-             ──▶ one group block: each layer's chunks, each step decodable alone (``.co3`` 1.1)
+             ──▶ one group block: each layer's chunks, each step decodable alone (``.co3`` 1.1;
+                 ``ctx-steps``: from its key step on)
 
 Lossless means ``decompress(compress(x)) == dequantize(quantize(x))`` bit for bit.
 Memory stays at a few times the largest layer, whatever the dump's total size.
@@ -359,7 +361,8 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
                  shapes=None) -> EncodedGroup:
     """Quantize and code small (steps, numel_k) layers with one table: ``model`` fitted to
     their scaled values pooled (``empirical``: their counts summed). Each layer's steps stay
-    separate chunks, each decodable alone; scales per layer and step as in :func:`encode_layer`."""
+    separate chunks, each decodable alone (``ctx-steps``: from its key step on); scales per
+    layer and step as in :func:`encode_layer`."""
     quantized = [_quantize_layer(d, grid, scale_rule, None)[:3] for d in datas]
     counts = np.sum([c for _, _, c in quantized], axis=0, dtype=np.int64)
     scaless = [_scales(infos) for _, infos, _ in quantized]

@@ -221,7 +221,11 @@ def decompress_lossless(co3, dst, *, progress=False):
             block = co3.read_layer(i)
             lay = h["layers"][i]
             stored = _stored(block)
-            words = convert(layer_words(block, fmt, coder, lay), fmt.dtype, stored, lay["name"])
+            try:  # a word the stored type cannot hold: the file lies about that type
+                words = convert(layer_words(block, fmt, coder, lay), fmt.dtype, stored,
+                                lay["name"])
+            except InputError as e:
+                raise CorruptDataError(f"layer {lay['name']}: {e}") from None
             write_layer(w, lay["name"], words, lay["shape"], stored)
             result.entries += words.size
             result.layers.append({"name": lay["name"], "entries": int(words.size),

@@ -284,6 +284,25 @@ def test_hostile_step_files(tmp_path, capsys):
     _refused(tmp_path, capsys, _steps_file(header_edit=bad), [("inspect", "--decode")],
              "key_every")
 
+    def unkeyed(h):
+        del h["coder"]["key_every"]  # the id alone marks context across steps
+    for minor in (0, 1):
+        _refused(tmp_path, capsys, _steps_file(minor=minor, header_edit=unkeyed),
+                 [("inspect",)] + DECODERS, "needs 1.2")
+
+
+def test_step_groups_refused_in_a_ctx_steps_file(tmp_path, capsys):
+    """The writer stores a ctx-steps layer whole or codes it in context: a table-group LYS
+    block in such a file is refused, not decoded against the wrong tables."""
+    from hostile import steps_block
+
+    header, parts = base(steps=2, coder_id="ctx-steps")
+    meta, table, chunks = parts[1]
+    blocks = [layer_block(0, *parts[0]), steps_block(1, meta, [(1, 0, table), (1, 0, table)],
+                                                     chunks)]
+    data = assemble(header_block(zlib.compress(dumps(header), 9), minor=2), blocks)
+    _refused(tmp_path, capsys, data, DECODERS, "step groups in a file whose coder")
+
 
 # ------------------------------------------------------------------------------------------
 # In-training streams: the co3 compressor with coder="ctx-steps"

@@ -128,6 +128,14 @@ def test_the_scale_rules_and_the_ctx_coder_go_through_the_torch_path_too():
     _compare("fp8-e5m2", "ctx", 0.9, grads)
 
 
+def test_ctx_steps_streams_through_the_torch_path():
+    """Context across steps: the torch path sends the stream's positions and codes in context,
+    the same bytes as CO3.compress (refits every 4 calls: key steps and positions 1-3)."""
+    rng = np.random.default_rng(11)
+    _compare("fp8-e5m2", "ctx-steps", 0.9, _stream(rng, 3000, 6), refit_every=4)
+    _compare("fp4-co3", "ctx-steps", 0.0, _stream(rng, 777, 5), refit_every=10)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("path", ["auto", "torch"])
 def test_half_precision_input_equals_its_float32_upcast(dtype, path, monkeypatch):

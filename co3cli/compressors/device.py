@@ -211,12 +211,18 @@ class TorchCO3:
             scale = comp._scale(state, rms)
             counts = self._quantize(v, scale, sym)
         state["calls"] += 1
-        head = struct.pack("<Bf", 1 if table_bytes else 0, scale)
+        pos, stream = 0, None
+        if hasattr(state["table"], "stream"):  # ctx-steps: CO3.compress's stream, position
+            stream = comp._stream(state, v.numel(), bool(table_bytes))
+            pos = 0 if stream.next_is_key else stream.since_key % 128
+        head = struct.pack("<Bf", (1 if table_bytes else 0) | pos << 1, scale)
         if table_bytes:
             head += uvarints_to_bytes([len(table_bytes)]) + table_bytes
         lut = torch.from_numpy(dequantize_table(grid, scale)).to(v.device)
         v_hat = torch.index_select(lut, 0, sym)
-        body = state["table"].encode(self._to_host(sym), cols=state.get("cols"))
+        host = self._to_host(sym)
+        body = (state["table"].encode(host, cols=state.get("cols")) if stream is None
+                else stream.encode(host))
         return DevicePacket(head + body, v_hat, entropy_bits(counts), fell_back)
 
     def _quantize(self, v: Any, scale: np.float32, sym: Any) -> np.ndarray:

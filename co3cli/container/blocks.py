@@ -15,7 +15,7 @@ from co3cli.container.header import (MAX_CHUNK, MAX_ENTRIES_PER_BYTE, MAX_HEADER
                                      MAX_TABLE, STEP_CONTEXT_MINOR, header_problem, inflate,
                                      parse_json, step_context)
 from co3cli.container.framing import read_uvarint, uvarint
-from co3cli.container.tableset import (STEPS_TAG, pack_tableset, parse_tableset,
+from co3cli.container.tableset import (KIND_RAW, STEPS_TAG, pack_tableset, parse_tableset,
                                        representative_table)
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.fileio import CO3_MAGIC, misplaced
@@ -288,6 +288,10 @@ class Co3File:
         groups = None
         if tag == STEPS_TAG:
             groups = parse_tableset(table, len(self.header["steps"]), f"layer {i}")
+            if step_context(self.header) and (len(groups) != 1 or groups[0][1] != KIND_RAW):
+                # the writer stores such a layer whole or codes it in context, never in groups
+                raise CorruptDataError(f"layer {i}: step groups in a file whose coder codes "
+                                       "each step given the previous one")
             table = representative_table(groups, self.header)
         scales, bodies, payload, pos = _read_chunks(buf, pos, end, len(self.header["steps"]),
                                                     f"layer {i}")

@@ -83,7 +83,7 @@ def step_context(header: dict) -> bool:
     has ``key_every``: chunk ``t`` decodes alone when ``t % key_every == 0``, ``key_every`` 0:
     only chunk 0; else after chunk ``t - 1``). Such a file is written as version 1.2."""
     coder = header.get("coder")
-    return isinstance(coder, dict) and "key_every" in coder
+    return isinstance(coder, dict) and ("key_every" in coder or coder.get("id") == "ctx-steps")
 
 
 def _is_int(v) -> bool:

@@ -87,13 +87,13 @@ class RecordGradients(TrainerCallback):
         if not (module.training and torch.is_grad_enabled()):
             return
         loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
-        if loss is not None:
-            self._losses.append(float(loss.detach().float().mean()))
+        if loss is not None:  # kept on its device: read once per optimizer step, no sync here
+            self._losses.append(loss.detach().float().mean())
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.recorder is None:
             return
-        mean = sum(self._losses) / len(self._losses) if self._losses else None
+        mean = float(sum(self._losses) / len(self._losses)) if self._losses else None
         self._losses = []
         self.recorder.step(loss=mean, step=state.global_step)
 
