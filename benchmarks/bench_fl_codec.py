@@ -33,7 +33,8 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-TASKS = {  # task -> the clock suite's batch size and lr (bench_fl.CLOCK_TASKS)
+TASKS = {  # task -> the clock suite's batch size and lr (bench_fl.CLOCK_TASKS; no server
+    # momentum here: plain SGD steps, the model only has to move on)
     "mnist5k-resnet": dict(batch_size=32, lr=0.1),
     "stdlib-charlm": dict(batch_size=16, lr=0.1),
     "mnist5k-mlp": dict(batch_size=64, lr=0.3),
