@@ -184,20 +184,9 @@ def _stored(block) -> str:
 
 
 def write_layer(w, name: str, words: np.ndarray, shape, stored: str) -> None:
-    """One layer into DumpWriter ``w`` in its stored type (bfloat16: uint16 bit patterns).
-
-    ``DumpWriter.add_layer`` stores float32 only: a bfloat16 or float16 layer is added as a
-    zero float32 placeholder (so the dump keeps the layer order) and replaced at once through
-    ``w.h5`` (HDF5 reuses the freed space within the session)."""
-    if stored == "float32":
-        w.add_layer(name, words.view(np.float32), tuple(shape))
-        return
-    w.add_layer(name, np.zeros(words.shape, dtype=np.float32), tuple(shape))
-    grads = w.h5["grads"]
-    del grads[name]
-    ds = grads.create_dataset(name, data=words if stored == "bfloat16" else words.view(np.float16))
-    ds.attrs["shape"] = np.asarray(shape, dtype=np.int64)
-    ds.attrs["dtype"] = stored
+    """One layer into DumpWriter ``w`` in its stored type (bfloat16: uint16 bit patterns)."""
+    data = {"float32": np.float32, "float16": np.float16}.get(stored)
+    w.add_layer(name, words if data is None else words.view(data), tuple(shape), stored=stored)
 
 
 def decompress_lossless(co3, dst, *, progress=False):

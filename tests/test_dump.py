@@ -436,3 +436,28 @@ def test_writer_checks_data_written_through_h5_handle(tmp_path):
             ]
             w.h5["steps"] = np.arange(2)
     assert _no_leftovers(tmp_path) == ["d.h5"]
+
+
+def test_add_layer_stores_bfloat16_and_float16_words(tmp_path):
+    """``stored=`` writes bfloat16 (uint16 bit patterns) or float16 words as they are, marked
+    with their ``dtype`` attribute; words of another type are refused in one line."""
+    import h5py
+
+    from co3cli.dump import Dump, DumpWriter
+
+    bits = np.array([[0x3F80, 0xBF80, 0x4049, 0x0001]], dtype=np.uint16)  # 1, -1, 3.14, tiny
+    half = np.array([[1.0, -0.0, 65504.0, 6e-8]], dtype=np.float16)
+    with DumpWriter(tmp_path / "d.h5") as w:
+        w.add_layer("b", bits, (4,), stored="bfloat16")
+        w.add_layer("h", half, (4,), stored="float16")
+        w.set_steps(np.array([0]))
+        with pytest.raises(InputError, match="stored=bfloat16 needs uint16 words, got float32"):
+            w.add_layer("x", bits.astype(np.float32), (4,), stored="bfloat16")
+        with pytest.raises(InputError, match="stored='int8' is not one of"):
+            w.add_layer("y", half, (4,), stored="int8")
+    with h5py.File(tmp_path / "d.h5") as f:
+        assert np.array_equal(f["grads/b"][()], bits) and f["grads/b"].attrs["dtype"] == "bfloat16"
+        assert "description" in f["grads/b"].attrs
+        assert np.array_equal(f["grads/h"][()].view(np.uint16), half.view(np.uint16))
+    with Dump.open(tmp_path / "d.h5") as d:
+        assert d.read_layer("b")[0, 0] == 1.0 and d.read_layer("h")[0, 2] == 65504.0

@@ -23,9 +23,10 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from co3cli.dump.dims import attach_dims
+from co3cli.dump.dims import BF16_DESCRIPTION, attach_dims
 from co3cli.dump.reader import Dump
-from co3cli.dump.schema import attr_value, check_layer_name, describe_target, provenance
+from co3cli.dump.schema import (STORAGE_DTYPES, attr_value, check_layer_name, describe_target,
+                                provenance)
 from co3cli.dump.output import copy_to_stream
 from co3cli.errors import InputError
 from co3cli.fileio import Scratch, cannot_write, no_space
@@ -140,8 +141,12 @@ class DumpWriter:
         data: np.ndarray,
         shape: tuple[int, ...],
         attrs: Mapping[str, Any] | None = None,
+        stored: str = "float32",
     ) -> None:
-        """Write one whole layer: ``data`` is (steps, numel), stored as float32 ``grads/<name>``."""
+        """Write one whole layer: ``data`` is (steps, numel), stored as ``grads/<name>`` in
+        ``stored`` (float32, the default: ``data`` converted; ``float16`` or ``bfloat16``:
+        ``data`` already holds those words, float16 or uint16 bit patterns, written as they are
+        with the ``dtype`` attribute; bfloat16 also gets its ``description``)."""
         self._check_open()
         name = check_layer_name(name)
         if name in self._layers:
@@ -168,8 +173,18 @@ class DumpWriter:
         kwargs = {}
         if self._compression:
             kwargs = dict(compression="gzip", shuffle=True)
-        ds = self._grads.create_dataset(name, data=arr.astype(np.float32, copy=False), **kwargs)
+        want = STORAGE_DTYPES.get(stored)
+        if want is None:
+            raise InputError(f"layer {name!r}: stored={stored!r} is not one of "
+                             f"{', '.join(STORAGE_DTYPES)}")
+        if stored != "float32" and arr.dtype != np.dtype(want):
+            raise InputError(f"layer {name!r}: stored={stored} needs {want} words, got {arr.dtype}")
+        ds = self._grads.create_dataset(name, data=arr.astype(want, copy=False), **kwargs)
         ds.attrs["shape"] = shape_arr
+        if stored != "float32":
+            ds.attrs["dtype"] = stored
+            if stored == "bfloat16":
+                ds.attrs["description"] = BF16_DESCRIPTION
         for key, value in (attrs or {}).items():
             if key == "shape":
                 raise InputError(f"layer {name!r}: attribute 'shape' is reserved")
