@@ -66,3 +66,25 @@ def test_report_file_on_a_co3_and_a_dump(co3_path, dump_path):
         report_file(co3_path, format="fp4-co3", coder_params={"max_len": 12})
     with pytest.raises(InputError, match="--nonfinite only apply to a dump"):
         report_file(co3_path, nonfinite="zero")
+
+
+def test_inspect_reports_a_step_grouped_layers_own_table_bytes(tmp_path):
+    """A stored (``LYS``) layer's table field is its table set, a few bytes, not the
+    representative table a reader builds to describe it (hundreds of bytes)."""
+    from co3cli.container import open_co3
+    from co3cli.container.tableset import pack_tableset
+    from co3cli.data import SAMPLE_DATA_DIR
+
+    out = tmp_path / "m.co3"
+    compress(SAMPLE_DATA_DIR / "digits-mlp.h5", out, format="fp8-e5m2", coder="ans", model="auto")
+    info = inspect_co3(out)
+    with open(out, "rb") as f:
+        co3 = open_co3(f)
+        blocks = {b.name: b for b in co3.layers()}
+        nsteps = len(co3.header["steps"])
+    grouped = [lay for lay in info.layers if blocks[lay["name"]].step_groups is not None]
+    assert grouped, "the sample dump has no step-grouped layer any more"
+    for lay in grouped:
+        b = blocks[lay["name"]]
+        assert lay["table_bytes"] == len(pack_tableset(b.step_groups, nsteps)) != len(b.table)
+        assert lay["bytes"] >= lay["payload_bytes"] + lay["table_bytes"]
