@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,6 +57,25 @@ from co3cli.errors import CorruptDataError, InputError
 from co3cli.quantize import as_f32_1d, dequantize, dequantize_table, quantize
 from co3cli.tables import entropy_bits
 from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
+
+
+@dataclass
+class Frame:
+    """One call's sender decisions (:meth:`CO3.frame`): the scale, the payload head (flags,
+    scale, a new table), the caller's quantized ``(symbols, counts)``, the ctx-steps stream
+    (or None) and whether the scale rule fell back."""
+
+    scale: np.float32
+    head: bytes
+    quantized: tuple
+    stream: object
+    fell_back: int
+
+    def encode(self, state: dict, sym: np.ndarray) -> bytes:
+        """The coded symbols (host array): in the stream, or with the state's table."""
+        if self.stream is not None:
+            return self.stream.encode(sym)
+        return state["table"].encode(sym, cols=state.get("cols"))
 
 
 @COMPRESSORS.register
@@ -129,27 +149,37 @@ class CO3(Compressor):
     def compress(self, v, state, rng):
         v = as_f32_1d(v)
         rms = math.sqrt(float(np.dot(v, v)) / v.size)
+        frame = self.frame(state, rms, v.size, lambda: v,
+                           lambda scale: quantize(v, self.grid, scale, with_counts=True))
+        sym, counts = frame.quantized
+        return Packet(frame.head + frame.encode(state, sym),
+                      dequantize(sym, self.grid, frame.scale), entropy_bits(counts),
+                      scale_fallbacks=frame.fell_back)
+
+    def frame(self, state: dict, rms: float, numel: int, values, quantize_at) -> Frame:
+        """The sender's decisions for one call, shared by every path that quantizes (this
+        class's numba path, :mod:`co3cli.compressors.device`'s torch ops): refit when due or
+        when a symbol the table cannot code appears, the scale, the stream position and the
+        payload head. ``values()``: the tensor as a host float32 array (called on refits only);
+        ``quantize_at(scale)``: ``(symbols, counts)`` in the caller's own arrays."""
         table_bytes, fell_back = b"", 0
         if "table" not in state or state["calls"] >= self.params["refit_every"]:
-            table_bytes, fell_back = self._refit(v, state, rms)
+            table_bytes, fell_back = self._refit(values(), state, rms)
         scale = self._scale(state, rms)
-        sym, counts = quantize(v, self.grid, scale, with_counts=True)
-        if not table_bytes and counts[self._uncodable(state)].any():
-            table_bytes, fell_back = self._refit(v, state, rms)  # a symbol the old table cannot code
+        quantized = quantize_at(scale)
+        if not table_bytes and np.any(quantized[1][self._uncodable(state)]):
+            table_bytes, fell_back = self._refit(values(), state, rms)  # a symbol the table cannot code
             scale = self._scale(state, rms)
-            sym, counts = quantize(v, self.grid, scale, with_counts=True)
+            quantized = quantize_at(scale)
         state["calls"] += 1
         pos, stream = 0, None
         if hasattr(state["table"], "stream"):  # context across steps: the stream's position
-            stream = self._stream(state, sym.size, bool(table_bytes))
+            stream = self._stream(state, numel, bool(table_bytes))
             pos = 0 if stream.next_is_key else stream.since_key % 128
         head = struct.pack("<Bf", (1 if table_bytes else 0) | pos << 1, scale)
         if table_bytes:
             head += uvarints_to_bytes([len(table_bytes)]) + table_bytes
-        body = (state["table"].encode(sym, cols=state.get("cols")) if stream is None
-                else stream.encode(sym))
-        return Packet(head + body, dequantize(sym, self.grid, scale), entropy_bits(counts),
-                      scale_fallbacks=fell_back)
+        return Frame(scale, head, quantized, stream, fell_back)
 
     @staticmethod
     def _stream(state: dict, numel: int, new_table: bool):

@@ -39,7 +39,6 @@ this module serves CUDA tensors and is tested on CPU through the same code. bf16
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
 from typing import Any, Hashable
 
@@ -196,34 +195,15 @@ class TorchCO3:
         """:meth:`CO3.compress` of float32 tensor ``v`` (see the module docstring)."""
         import torch
 
-        from co3cli.varint import uvarints_to_bytes
-
         comp, grid = self.comp, self.comp.grid
-        rms = self._rms(v)
-        table_bytes, fell_back = b"", 0
-        if "table" not in state or state["calls"] >= comp.params["refit_every"]:
-            table_bytes, fell_back = comp._refit(_host(v), state, rms)
-        scale = comp._scale(state, rms)
         sym = torch.empty(v.numel(), dtype=torch.int32, device=v.device)
-        counts = self._quantize(v, scale, sym)
-        if not table_bytes and np.any(counts[comp._uncodable(state)]):
-            table_bytes, fell_back = comp._refit(_host(v), state, rms)
-            scale = comp._scale(state, rms)
-            counts = self._quantize(v, scale, sym)
-        state["calls"] += 1
-        pos, stream = 0, None
-        if hasattr(state["table"], "stream"):  # ctx-steps: CO3.compress's stream, position
-            stream = comp._stream(state, v.numel(), bool(table_bytes))
-            pos = 0 if stream.next_is_key else stream.since_key % 128
-        head = struct.pack("<Bf", (1 if table_bytes else 0) | pos << 1, scale)
-        if table_bytes:
-            head += uvarints_to_bytes([len(table_bytes)]) + table_bytes
-        lut = torch.from_numpy(dequantize_table(grid, scale)).to(v.device)
+        frame = comp.frame(state, self._rms(v), v.numel(), lambda: _host(v),
+                           lambda scale: (sym, self._quantize(v, scale, sym)))
+        lut = torch.from_numpy(dequantize_table(grid, frame.scale)).to(v.device)
         v_hat = torch.index_select(lut, 0, sym)
-        host = self._to_host(sym)
-        body = (state["table"].encode(host, cols=state.get("cols")) if stream is None
-                else stream.encode(host))
-        return DevicePacket(head + body, v_hat, entropy_bits(counts), fell_back)
+        body = frame.encode(state, self._to_host(sym))
+        return DevicePacket(frame.head + body, v_hat, entropy_bits(frame.quantized[1]),
+                            frame.fell_back)
 
     def _quantize(self, v: Any, scale: np.float32, sym: Any) -> np.ndarray:
         import torch
