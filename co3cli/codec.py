@@ -407,6 +407,48 @@ def _from_book(what: str, given, stored):
     return stored
 
 
+@dataclass
+class SameLayer:
+    """Layer ``idx[0]`` holds exactly the values of the earlier layer ``source``."""
+
+    idx: list[int]
+    source: int
+
+
+class SameLayers:
+    """Which layer repeats an earlier one, value for value (tied weights recorded twice, a
+    dump's ``raw`` and ``corrected`` streams when the memory is off): such a layer is written
+    as a reference (``co3cli.container``'s ``LYE`` block) instead of coding it again.
+
+    Only layers coded alone (not in a group) whose shape another such layer has are hashed
+    (BLAKE2b-256 of the float32 values, every step): a dump without repeated shapes costs
+    nothing. Equal values give equal scales, symbols and bytes, so the reference decodes to
+    what coding the layer again would."""
+
+    def __init__(self, names: list[str], dump, groups: list[list[int]]):
+        grouped = {i for g in groups for i in g}
+        shapes: dict[tuple, int] = {}
+        for i, name in enumerate(names):
+            if i not in grouped:
+                shapes[tuple(dump.shape(name))] = shapes.get(tuple(dump.shape(name)), 0) + 1
+        self._hashed = {i for i, name in enumerate(names)
+                        if i not in grouped and shapes[tuple(dump.shape(name))] > 1}
+        self._shape = {i: tuple(dump.shape(names[i])) for i in self._hashed}
+        self._seen: dict[tuple, int] = {}
+
+    def source(self, i: int, data: np.ndarray) -> int | None:
+        """The earlier layer layer ``i`` equals (``data``: its values), or None."""
+        if i not in self._hashed:
+            return None
+        import hashlib
+
+        key = (self._shape[i], data.dtype.str,
+               hashlib.blake2b(np.ascontiguousarray(data).data, digest_size=32).digest())
+        src = self._seen.get(key)
+        if src is None:
+            self._seen[key] = i
+        return src
+
 def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None,
              model=None, codebook=None, nonfinite="error", progress=False,
              threads=None, small_layers=True) -> CodecResult:
@@ -459,13 +501,20 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
         result = CodecResult(str(dst), 0, 0)
         done_layers: dict[int, dict] = {}
 
+        same = SameLayers(names, dump, groups) if book is None else None
+
         def read(unit):  # in the main thread: HDF5 and the codebook
             is_group, idx = unit
-            return (is_group, idx, [dump.read_layer(names[i]) for i in idx],
-                    [dump.shape(names[i]) for i in idx],
+            datas = [dump.read_layer(names[i]) for i in idx]
+            source = None if is_group or same is None else same.source(idx[0], datas[0])
+            if source is not None:  # equal to an earlier layer: nothing to code
+                return SameLayer(idx, source)
+            return (is_group, idx, datas, [dump.shape(names[i]) for i in idx],
                     None if book is None else book.table_for(names[idx[0]]))
 
         def encode(job):
+            if isinstance(job, SameLayer):
+                return job.idx, job
             is_group, idx, datas, shapes, table = job
             if is_group:
                 return idx, encode_group(datas, grid, coder_obj, scale_rule=scale, model=model,
@@ -475,6 +524,13 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
 
         def write(done):
             idx, enc = done
+            if isinstance(enc, SameLayer):
+                size = len(dump.steps) * dump.numel(names[idx[0]])
+                done_layers[idx[0]] = {"name": names[idx[0]], "entries": size,
+                                       "bytes": writer.write_same(enc.source), "payload_bytes": 0,
+                                       "same_as": names[enc.source]}
+                result.entries += size
+                return
             if isinstance(enc, EncodedGroup):
                 per_layer = {str(i): m.meta for i, m in zip(idx, enc.members) if m.meta}
                 nbytes = writer.write_group(

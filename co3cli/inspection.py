@@ -65,7 +65,9 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
                            "table_bytes": _table_bytes(block, len(co3.header["steps"])),
                            "model": block.meta.get("model"),
                            "scale_fallbacks": _fallbacks(block.meta, co3.header),
-                           "scales": block.scales.tolist(), "group": block.group})
+                           "scales": block.scales.tolist(), "group": block.group,
+                           "same_as": None if block.same_as is None
+                           else co3.header["layers"][block.same_as]["name"]})
             if decode:
                 for _ in iter_decode_block(block, grid, coder, lay["numel"], lay["shape"]):
                     pass
@@ -81,6 +83,8 @@ def _table_bytes(block, nsteps: int) -> int:
     """Bytes of the block's table field: an ``LYS`` block's whole table set (its groups'
     tables and their framing; a stored layer's is a few bytes), not the representative
     table a reader builds for it."""
+    if block.same_as is not None:  # an LYE block: a reference, no table of its own
+        return 0
     if block.step_groups is None:
         return len(block.table)
     from co3cli.container.tableset import pack_tableset

@@ -262,8 +262,44 @@ def steps_corpus() -> dict[str, bytes]:
     return {f"steps_{name}.co3": build_steps(fn) for name, (fn, _) in STEPS_LIES.items()}
 
 
+def same_block(index: int, source: int, extra: bytes = b"") -> bytes:
+    """``LYE\0 | index | source | crc``: layer ``index`` equals layer ``source``."""
+    b = b"LYE\0" + struct.pack("<II", index, source) + extra
+    return b + struct.pack("<I", zlib.crc32(b))
+
+
+def build_same(index: int = 2, source: int = 0, *, shape=(8, 16), extra: bytes = b"",
+               chain: bool = False) -> bytes:
+    """``base()``'s two layers, then a third (``fc2.weight``, ``shape``) written as a reference
+    to ``source``; ``chain``: layer 1 is a reference to layer 0 (both (8, 16)) too."""
+    h, parts = base()
+    lays = h["layers"] + [{"name": "fc2.weight", "shape": list(shape),
+                           "numel": int(np.prod(shape))}]
+    second = layer_block(1, *parts[1])
+    if chain:
+        lays[1] = dict(lays[0], name="fc1b.weight")
+        second = same_block(1, 0)
+    blocks = [layer_block(0, *parts[0]), second, same_block(index, source, extra)]
+    return assemble(header_block(zlib.compress(dumps(dict(h, layers=lays)), 9)), blocks)
+
+
+SAME_LIES = {  # name -> (build_same kwargs, what the reader says)
+    "forward": ({"source": 2}, "not an earlier layer"),
+    "out_of_range": ({"source": 9}, "not an earlier layer"),
+    "index": ({"index": 5}, "not an earlier layer"),
+    "other_shape": ({"source": 1}, "of another shape"),
+    "long": ({"extra": b"\0" * 4}, "bad or damaged reference"),
+    "chain": ({"source": 1, "chain": True}, "itself a reference"),
+}
+
+
+def same_corpus() -> dict[str, bytes]:
+    """Hostile files with references to equal layers (``LYE`` blocks)."""
+    return {f"same_{name}.co3": build_same(**kw) for name, (kw, _) in SAME_LIES.items()}
+
+
 if __name__ == "__main__":
     CORPUS.mkdir(exist_ok=True)
-    for name, data in {**corpus(), **group_corpus(), **steps_corpus()}.items():
+    for name, data in {**corpus(), **group_corpus(), **steps_corpus(), **same_corpus()}.items():
         (CORPUS / name).write_bytes(data)
         print(f"{name}: {len(data)} bytes")

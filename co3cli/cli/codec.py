@@ -95,6 +95,8 @@ def inspect_cli(input: str = typer.Argument(..., help=".co3 file, or - for stdin
          f"{len(h['steps'])} step(s), made by co3cli {h['co3cli_version']} at {h['created']}")
     cols = [("name", "layer", ""), ("shape", "shape", ""), ("bytes", "bytes", "d"),
             ("payload_bytes", "payload", "d"), ("table_bytes", "table", "d"), ("model", "model", "")]
+    if any(lay["same_as"] for lay in info.layers):  # references to an equal earlier layer
+        cols.append(("same_as", "same as", ""))
     if any(lay["scale_fallbacks"] is not None for lay in info.layers):  # a rule that can fall back
         cols.append(("scale_fallbacks", "scale fallbacks (steps)", "d"))
     emit(format_table(info.layers, cols))

@@ -6,13 +6,14 @@ byte is detected before anything is decoded::
     file      := preamble header block* trailer
     preamble  := magic "CO3\\x89GRD\\n" (8) | major u16 | minor u16 | header_len u32
     header    := header_len bytes of zlib-compressed UTF-8 JSON | crc32(preamble + header) u32
-    block     := layer | group | steps              (group: version 1.1 and later)
+    block     := layer | group | steps | same       (group: version 1.1 and later)
     layer     := "LYR\\0" | index u32 | meta_len u32 | meta JSON | table_len u32 | table
                  | chunk * steps | crc32(the whole layer block before it) u32
     group     := "GRP\\0" | n u32 | meta_len u32 | meta (zlib-compressed JSON) | table_len u32 | table
                  | member * n | crc32(the whole group block before it) u32
     steps     := "LYS\\0" | a layer block's fields, its table a table set (step groups, each
                  with its own table or stored symbols: ``co3cli.container.tableset``)
+    same      := "LYE\0" | index u32 | source u32 | crc32(the 12 bytes before it) u32
     member    := gap uvarint | chunk * steps       (its layer index: the previous member's
                                                     + 1 + gap; the first member's: gap)
     chunk     := scale f32 | body_len uvarint (LEB128) | body (coder payload, body_len bytes)
@@ -45,6 +46,13 @@ such a coder in a file that says less than 1.2.
 Step groups (``LYS``): a layer whose steps drifted codes each run of consecutive steps with
 its own table, and a layer of a few entries may be stored without a table; the block tag is
 the feature flag (any 1.x file may hold one), and files without one keep their bytes.
+
+Equal layers (``LYE``): a layer holding exactly the values of an earlier layer of the same
+shape (tied weights recorded twice; a dump's ``raw`` and ``corrected`` streams when the error
+feedback is off) is a 16-byte reference to it: ``source`` is an earlier layer coded in a block of
+its own (``LYR`` or ``LYS``, never a group member or another reference), and the reader hands
+back that block's table, scales and chunks under the new layer's index (its payload: 0 bytes).
+Like ``LYS``, the tag is the feature flag: files without an equal layer keep their bytes.
 
 A reader accepts major version 1, any minor version (1.0: no group blocks); it verifies the
 file CRC and structure before decoding anything, and each decoder must consume its chunk

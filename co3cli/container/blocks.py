@@ -30,6 +30,8 @@ _LAYER_HEAD = struct.Struct("<4sII")  # tag, index (a group: its member count), 
 _F32 = struct.Struct("<f")
 _TRAILER_HEAD = struct.Struct("<4sI")
 LAYER_TAG, GROUP_TAG = b"LYR\0", b"GRP\0"
+SAME_TAG = b"LYE\0"  # a layer equal to an earlier one (its index, the source's): no chunks
+_SAME = struct.Struct("<4sII")
 
 
 def _chunks_bytes(chunks) -> bytes:
@@ -69,6 +71,7 @@ class Co3Writer:
         self.layer_bytes: list[int] = []
         self._next = 0
         self._groups = groups
+        self._alone: set[int] = set()  # layers written in a block of their own (LYR/LYS)
         js = zlib.compress(_json(header), 9)
         minor = STEP_CONTEXT_MINOR if step_context else (1 if groups else 0)
         pre = _PRE.pack(MAGIC, MAJOR, minor, len(js))
@@ -109,6 +112,22 @@ class Co3Writer:
         mj = _json(meta)
         block = (_LAYER_HEAD.pack(tag, idx, len(mj)) + mj + _U32.pack(len(table)) + table
                  + _chunks_bytes(chunks))
+        self.w.write(block + _U32.pack(zlib.crc32(block)))
+        self.layer_bytes.append(self.w.pos - start)
+        self._alone.add(idx)
+        return self.layer_bytes[-1]
+
+    def write_same(self, source: int) -> int:
+        """Write the next layer as equal to layer ``source`` (written before, coded alone in
+        its own block, the same shape): a ``LYE`` block; returns its size in bytes."""
+        idx = self._next
+        if idx >= self.nlayers:
+            raise InputError("more layers written than the header declares")
+        lays = self.header["layers"]
+        if source not in self._alone or lays[source]["shape"] != lays[idx]["shape"]:
+            raise InputError(f"layer {idx} cannot refer to layer {source}")
+        start = self._claim([idx])
+        block = _SAME.pack(SAME_TAG, idx, source)
         self.w.write(block + _U32.pack(zlib.crc32(block)))
         self.layer_bytes.append(self.w.pos - start)
         return self.layer_bytes[-1]
@@ -164,6 +183,8 @@ class LayerBlock:
     group: int | None = None  # a group member: the index of the group's first layer
     cache: dict = field(default_factory=dict, repr=False)  # shared by a group's members
     # (a reader may keep the parsed table there)
+    same_as: int | None = None  # an ``LYE`` block: the index of the layer it equals (whose
+    # table, scales and bodies it carries; ``payload_bytes`` 0, ``nbytes`` its own block's)
     step_groups: list | None = None  # an ``LYS`` block: (steps, kind, table bytes) per group
     # (``table``: the representative one, ``tableset.representative_table``)
 
@@ -261,6 +282,8 @@ class Co3File:
         if i in self._groups.get(start, ()):  # a group read before, this member not yet
             return self._take(start, i)
         buf = self._block(start)
+        if buf[:4] == SAME_TAG:
+            return self._read_same(i, buf)
         if buf[:4] == GROUP_TAG and self.version[1] >= 1:
             self._groups[start] = self._read_group(start, buf)
             return self._take(start, i)
@@ -300,6 +323,26 @@ class Co3File:
         _check_scales(scales, f"layer {i} ({lay['name']})")
         return LayerBlock(i, lay["name"], meta, table, scales, bodies, len(buf), payload,
                           step_groups=groups)
+
+    def _read_same(self, i: int, buf: bytes) -> LayerBlock:
+        """An ``LYE`` block: layer ``i`` equals an earlier layer coded in a block of its own
+        (not a group member, not itself an ``LYE`` block) of the same shape."""
+        lays = self.header["layers"]
+        if len(buf) != _SAME.size + 4 or _U32.unpack_from(buf, _SAME.size)[0] != zlib.crc32(buf[:_SAME.size]):
+            raise CorruptDataError(f"layer {i} ({lays[i]['name']}): bad or damaged reference block")
+        _, idx, source = _SAME.unpack_from(buf, 0)
+        if idx != i or not 0 <= source < i or len(self._refs[self.offsets[source]]) != 1:
+            raise CorruptDataError(f"layer {i}: refers to layer {source}, which is not an "
+                                   "earlier layer coded alone")
+        if lays[source]["shape"] != lays[i]["shape"]:
+            raise CorruptDataError(f"layer {i} ({lays[i]['name']}): refers to layer {source} "
+                                   f"of another shape")
+        sbuf = self._block(self.offsets[source])
+        if sbuf[:4] == SAME_TAG:
+            raise CorruptDataError(f"layer {i}: refers to layer {source}, itself a reference")
+        src = self._read_single(source, sbuf)
+        return LayerBlock(i, lays[i]["name"], src.meta, src.table, src.scales, src.bodies,
+                          len(buf), 0, same_as=source, step_groups=src.step_groups)
 
     def _read_group(self, start: int, buf: bytes) -> dict[int, LayerBlock]:
         refs = self._refs[start]

@@ -11,7 +11,8 @@ and keep those tests passing (old files still decode). ``--groups`` writes only 
 ``.co3`` 1.1 fixtures (``GROUP_CASES``: small layers pooled into group blocks, from
 ``source-groups.h5``), made by co3cli 0.1.0 with container minor version 1. ``--steps`` writes only the step-group
 fixtures (``STEPS_CASES``, from ``source-steps.h5``: ``LYS`` blocks, a drifting layer split into
-step groups and a tiny one stored).
+step groups and a tiny one stored). ``--same`` writes only the equal-layer fixtures
+(``SAME_CASES``, from ``source-same.h5``: ``LYE`` references to an equal earlier layer).
 """
 
 from __future__ import annotations
@@ -124,6 +125,32 @@ def make_steps() -> None:
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
 
 
+# references to an equal earlier layer (``LYE`` blocks), from ``source-same.h5``
+SAME_SOURCE = HERE / "source-same.h5"
+SAME_CASES = {
+    "same-fp8-ans": ["--format", "fp8-e5m2", "--coder", "ans", "--model", "gennorm-zi"],
+    "same-fp4-huffman": ["--format", "fp4-co3", "--coder", "huffman", "--model", "gennorm-zi"],
+}
+
+
+def same_layers(rng: np.random.Generator, steps: int = 3) -> dict:
+    """``raw``/``corrected`` streams with the memory off (equal, value for value) and a
+    ``decoded`` one that differs."""
+    w = (rng.laplace(size=(steps, 600)) * 1e-3).astype(np.float32)
+    return {"raw/fc.weight": (w, (20, 30)), "corrected/fc.weight": (w.copy(), (20, 30)),
+            "decoded/fc.weight": (np.round(w * 1e3) / 1e3, (20, 30))}
+
+
+def make_same() -> None:
+    from co3cli.dump import write_dump
+
+    write_dump(SAME_SOURCE, same_layers(np.random.default_rng(20261202)), steps=np.arange(3),
+               attrs={"task": "golden-same", "seed": 20261202})
+    for name, opts in SAME_CASES.items():
+        co3("compress", str(SAME_SOURCE), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+        co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
+
+
 def co3(*args: str) -> None:
     env = {**os.environ, "SOURCE_DATE_EPOCH": EPOCH}
     subprocess.run([sys.executable, "-m", "co3cli", *args], check=True, env=env)
@@ -147,6 +174,8 @@ if __name__ == "__main__":
         make_groups()
     elif sys.argv[1:] == ["--steps"]:  # only the step-group fixtures
         make_steps()
+    elif sys.argv[1:] == ["--same"]:  # only the equal-layer fixtures
+        make_same()
     else:
         main()
         make_groups()
