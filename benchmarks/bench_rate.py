@@ -25,7 +25,8 @@ Studies (per dump x config; "large" layer = >= 1e5 entries pooled over steps):
 5. Staleness (long run): a codebook from step index 0 only vs fresh per-layer tables vs the
    per-step (per layer) entropy, in step buckets.
 6. Check (``--check`` runs it alone, into ``benchmarks/results/rate_check.{md,json}``; also
-   held-out captures of ``CHECK_TASKS``): the default ``co3 compress`` file vs zstd-3 over
+   held-out captures of ``CHECK_TASKS``, tiny ones of ``TINY_TASKS`` and the
+   ``transmitted.h5`` of two ``co3 simulate fl`` runs, ``FL_RUNS``): the default ``co3 compress`` file vs zstd-3 over
    the same symbols per dump and format (worst ratio printed), and ``ans``/``huffman`` with
    ``--model auto`` (step groups): payload vs the per-step order-0 entropy, side bytes apart.
 
@@ -674,6 +675,44 @@ def capture_check_dumps(tmp: str, quick: bool) -> list:
     return out
 
 
+TINY_TASKS = [("digits-cnn-3steps", "digits-cnn", 3, 1), ("digits-resnet-tiny-3steps",
+              "digits-resnet-tiny", 3, 1), ("digits-cnn-far", "digits-cnn", 200, 40)]
+FL_RUNS = [("fl-transmitted-g0", 0.0), ("fl-transmitted-g0.7", 0.7)]  # 40 rounds, fp4-co3
+
+
+def tiny_check_dumps(tmp: str) -> list:
+    """Held-out captures of a few thousand entries (``TINY_TASKS``): where a file's fixed
+    bytes weigh most."""
+    from co3cli.capture import capture
+
+    out = []
+    for name, task, steps, every in TINY_TASKS:
+        dst = os.path.join(tmp, f"{name}.h5")
+        capture(task, dst, steps=steps, every=every, progress=False, threads=1, seed=0)
+        out.append((name, dst, f"captured: {task}, {steps} steps, every {every}, seed 0"))
+    return out
+
+
+def fl_check_dumps(tmp: str, quick: bool) -> list:
+    """``transmitted.h5`` of ``co3 simulate fl`` runs (MNIST MLP, 5 clients, co3 fp4, every
+    round of client 0 dumped: streams raw, corrected, decoded), without and with a memory."""
+    import subprocess
+
+    rounds = 10 if quick else 40
+    out = []
+    for name, gamma in FL_RUNS:
+        run = os.path.join(tmp, name)
+        subprocess.run([sys.executable, "-m", "co3cli", "simulate", "fl", "--clients", "5",
+                        "--rounds", str(rounds), "-c", "co3", "--format", "fp4-co3", "--gamma",
+                        str(gamma), "--lr", "0.3", "--seed", "0", "--dump-rounds",
+                        ",".join(map(str, range(rounds))), "-o", run, "-q"], check=True,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
+        out.append((name, os.path.join(run, "transmitted.h5"),
+                    f"co3 simulate fl: {rounds} rounds, 5 clients, co3 fp4-co3, gamma {gamma}, "
+                    "seed 0, every round of client 0"))
+    return out
+
+
 def main_check(args) -> None:
     """``--check``: study 6 alone, on the bundled dumps, the captured CNN and long MLP and
     the held-out ``CHECK_TASKS`` (or ``--dumps``)."""
@@ -697,6 +736,7 @@ def main_check(args) -> None:
             capture(task, dst, steps=steps, every=every, progress=False, threads=1, seed=0)
             dumps.append((name, dst, f"captured: {task}, {steps} steps, every {every}, seed 0"))
         dumps += capture_check_dumps(tmp, args.quick)
+        dumps += tiny_check_dumps(tmp) + fl_check_dumps(tmp, args.quick)
     rows = check_defaults(dumps, tmp)
     md = (f"# co3cli rate check (`python benchmarks/bench_rate.py --check`)\n\n- date: "
           f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}; co3cli "
