@@ -233,9 +233,11 @@ def analyze(dump_name: str, path: str, fmt: str, scale: str, want_steps: bool, o
 def per_step_payload(path: str) -> np.ndarray:
     with open(path, "rb") as f:
         co3 = open_co3(f, path)
-        steps = np.zeros(len(co3.header["steps"]), dtype=np.int64)
+        steps = np.zeros(len(co3.header["steps"]), dtype=np.float64)
         for i in range(len(co3.offsets)):
-            steps += np.array([len(b) for b in co3.read_layer(i).bodies], dtype=np.int64)
+            b = co3.read_layer(i)  # a joined small layer (.co3 1.3): its chunk shared equally
+            steps += ([len(b.bodies[0]) / len(b.scales)] * len(b.scales) if b.joined
+                      else np.array([len(x) for x in b.bodies], dtype=np.float64))
     return steps
 
 

@@ -62,7 +62,7 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
             lay = co3.header["layers"][block.index]
             layers.append({"name": lay["name"], "shape": lay["shape"], "numel": lay["numel"],
                            "bytes": block.nbytes, "payload_bytes": block.payload_bytes,
-                           "table_bytes": len(block.table), "model": block.meta.get("model"),
+                           "table_bytes": block.table_nbytes, "model": block.meta.get("model"),
                            "scale_fallbacks": _fallbacks(block.meta, co3.header),
                            "scales": block.scales.tolist(), "group": block.group})
             if decode:

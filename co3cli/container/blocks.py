@@ -196,6 +196,7 @@ class LayerBlock:
     step_groups: list | None = None  # an ``LYS`` block: (steps, kind, table bytes) per group
     # (``table``: the representative one, ``tableset.representative_table``)
     joined: bool = False  # ``LYJ``/``GRJ``: ``bodies`` is one chunk holding every step
+    table_nbytes: int = 0  # the table's bytes in the file (1.3: deflated where smaller)
 
     @property
     def side_bytes(self) -> int:
@@ -238,9 +239,10 @@ def _check_scales(scales, what: str) -> None:
 
 
 def _meta_table(buf, mv, mlen: int, end: int, what: str, zipped: bool = False,
-                minor: int = 0) -> tuple[dict, bytes, int]:
+                minor: int = 0) -> tuple[dict, bytes, int, int]:
     """The metadata object (``zipped``: zlib-compressed JSON, a group's) and table after a
-    block head (``minor`` >= 3: maybe deflated); returns them and the position after."""
+    block head (``minor`` >= 3: maybe deflated); returns them, the position after and the
+    table's bytes in the file."""
     pos = _LAYER_HEAD.size
     if pos + mlen + 4 > end:
         raise CorruptDataError(f"{what}: metadata overruns the block")
@@ -264,7 +266,7 @@ def _meta_table(buf, mv, mlen: int, end: int, what: str, zipped: bool = False,
     meta = parse_json(meta_raw, f"{what} metadata")
     if not isinstance(meta, dict):
         raise CorruptDataError(f"{what}: metadata is not a JSON object")
-    return meta, table, pos + tlen
+    return meta, table, pos + tlen, tlen
 
 
 @dataclass
@@ -340,7 +342,8 @@ class Co3File:
         if tag not in (LAYER_TAG, STEPS_TAG) and not joined or idx != i \
                 or len(self._refs[self.offsets[i]]) != 1:
             raise CorruptDataError(f"layer {i}: bad block tag or index")
-        meta, table, pos = _meta_table(buf, mv, mlen, end, f"layer {i}", minor=self.version[1])
+        meta, table, pos, tbytes = _meta_table(buf, mv, mlen, end, f"layer {i}",
+                                               minor=self.version[1])
         groups = None
         if tag == STEPS_TAG:
             groups = parse_tableset(table, len(self.header["steps"]), f"layer {i}")
@@ -355,7 +358,7 @@ class Co3File:
             raise CorruptDataError(f"layer {i}: {end - pos} unexpected bytes after its chunks")
         _check_scales(scales, f"layer {i} ({lay['name']})")
         return LayerBlock(i, lay["name"], meta, table, scales, bodies, len(buf), payload,
-                          step_groups=groups, joined=joined)
+                          step_groups=groups, joined=joined, table_nbytes=tbytes)
 
     def _read_group(self, start: int, buf: bytes, joined: bool = False) -> dict[int, LayerBlock]:
         refs = self._refs[start]
@@ -370,8 +373,8 @@ class Co3File:
         if n != len(refs):
             raise CorruptDataError(f"{what}: {n} members declared, the layer index points "
                                    f"{len(refs)} layers at it")
-        meta, table, pos = _meta_table(buf, mv, mlen, end, what, zipped=True,
-                                       minor=self.version[1])
+        meta, table, pos, tbytes = _meta_table(buf, mv, mlen, end, what, zipped=True,
+                                               minor=self.version[1])
         per_layer = meta.pop("layers", {})
         if not isinstance(per_layer, dict) or not all(isinstance(v, dict) for v in per_layer.values()):
             raise CorruptDataError(f"{what}: per-layer metadata is not an object of objects")
@@ -388,7 +391,8 @@ class Co3File:
                                                         joined)
             name = self.header["layers"][i]["name"]
             out[i] = LayerBlock(i, name, {**meta, **per_layer.get(str(i), {})}, table, scales,
-                                bodies, 0, payload, refs[0], cache, joined=joined)
+                                bodies, 0, payload, refs[0], cache, joined=joined,
+                                table_nbytes=tbytes)
             sizes.append(pos - at)
             prev = i
         if pos != end:
