@@ -236,3 +236,22 @@ def test_files_of_earlier_versions_decode_bit_exactly(path, tmp_path):
         assert list(back) == list(orig)
         for name in orig:
             assert back[name][1] == orig[name][1] and np.array_equal(back[name][0], orig[name][0])
+
+
+@pytest.mark.parametrize("kind", ["garbage", "bomb", "trailing"])
+def test_a_bad_deflated_table_is_refused(tiny_dump, tmp_path, monkeypatch, kind):
+    from co3cli.container import blocks
+    from co3cli.container.framing import TABLE_DEFLATED
+
+    def deflated(raw):
+        c = zlib.compressobj(9, zlib.DEFLATED, -15)
+        return c.compress(raw) + c.flush()
+
+    bad = {"garbage": b"\xff" * 7, "bomb": deflated(bytes(17 << 20)),
+           "trailing": deflated(b"\x01\x10\x3c") + b"\x00"}[kind]
+    monkeypatch.setattr(blocks, "table_field",
+                        lambda t: struct.pack("<I", len(bad) | TABLE_DEFLATED) + bad)
+    compress(tiny_dump, tmp_path / "x.co3", coder="ans", small_layers=False, threads=1)
+    with pytest.raises(CorruptDataError, match="table"):
+        with open(tmp_path / "x.co3", "rb") as f:
+            list(open_co3(f).layers())
