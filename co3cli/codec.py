@@ -46,8 +46,9 @@ from co3cli import codebook as cb
 from co3cli import segments, tables
 from co3cli.checks import check_int
 from co3cli.coding import get_coder, row_length
-from co3cli.container import (Co3Writer, open_co3, plan_config, plan_groups, plan_units,
-                              step_context)
+from co3cli.container import (Co3Writer, Joined, join_config, joinable, open_co3, plan_config,
+                              plan_groups, plan_units, step_context, table_field_bytes)
+from co3cli.container.framing import uvarint
 from co3cli.container.decode import (block_table, decode_block, iter_decode_block,  # noqa: F401
                                      read_co3_setup, step_tables)  # (decode_block, iter_decode_block,
 # block_table: re-exported)
@@ -68,6 +69,7 @@ class EncodedLayer:
     bodies: list[bytes]
     counts: np.ndarray  # symbol counts over all steps (int64, nsym)
     step_groups: list | None = None  # (steps, kind, table) per group: an LYS block
+    joined: bool = False  # ``bodies`` is one chunk of every step (``.co3`` 1.3 LYJ/GRJ)
 
 
 @dataclass
@@ -293,8 +295,22 @@ def _scales(infos) -> np.ndarray:
     return np.array([i.scale for i in infos], dtype=np.float32)
 
 
+def _framed(bodies) -> int:
+    """Bytes of chunk bodies with their length varints."""
+    return sum(len(b) + len(uvarint(len(b))) for b in bodies)
+
+
+def _joined_body(table, sym: np.ndarray, cols: int, bodies: list) -> bytes | None:
+    """The steps of ``sym`` (steps, numel) coded as one chunk (the steps as further rows of the
+    2-D view, so an adaptive coder's statistics carry and one final state is paid), where that
+    is smaller than ``bodies``; else None."""
+    body = table.encode(sym.reshape(-1), cols=cols)
+    return body if _framed([body]) < _framed(bodies) else None
+
+
 def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="gennorm-zi",
-                 table=None, shape=None, workers: Workers | None = None) -> EncodedLayer:
+                 table=None, shape=None, workers: Workers | None = None,
+                 join: bool = False) -> EncodedLayer:
     """Quantize and entropy-code a (steps, numel) float32 layer.
 
     ``table`` reuses a saved codebook table; otherwise one is built from ``model`` fitted to
@@ -307,6 +323,8 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
     ``scale_fallback``: the first 64 such steps, the rule used and why; absent: none did, so
     files without a fallback keep their bytes), which ``co3 inspect`` shows. ``workers`` share
     the rows (scale, quantize, encode) among threads; the result is the same without.
+    ``join``: a small layer (``co3cli.container.joinable``) coded with one table has its steps
+    coded as one chunk where that is smaller (per-step random access given up for it).
     """
     sym, infos, counts, step_counts = _quantize_layer(data, grid, scale_rule, workers)
     scales = _scales(infos)
@@ -329,12 +347,17 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
         return [b for part in parts for b in part]
 
     bodies = encode_rows(chosen)
+    joined = None
+    if join and chosen.step_groups is None and joinable(*data.shape):
+        joined = _joined_body(chosen.table, sym, cols, bodies)
+    coded = sum(map(len, bodies)) if joined is None else len(joined)
     if model == tables.AUTO and segments.stored_smaller(
-            sum(map(len, bodies)) + chosen.table_bytes(), *data.shape, grid.nsym):
+            coded + chosen.table_bytes(), *data.shape, grid.nsym):
         chosen = segments.stored_tables(grid, data.shape[0])
-        bodies = encode_rows(chosen)
-    return EncodedLayer({**chosen.meta, **_fallback_meta(infos)}, chosen.table, scales, bodies,
-                        counts, chosen.step_groups)
+        bodies, joined = encode_rows(chosen), None
+    return EncodedLayer({**chosen.meta, **_fallback_meta(infos)}, chosen.table, scales,
+                        bodies if joined is None else [joined], counts, chosen.step_groups,
+                        joined is not None)
 
 
 def encode_bodies(table, sym: np.ndarray, cols: int, workers: Workers | None = None) -> list:
@@ -358,22 +381,38 @@ class EncodedGroup:
 
 
 def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model="gennorm-zi",
-                 shapes=None) -> EncodedGroup:
+                 shapes=None, join: bool = False) -> EncodedGroup:
     """Quantize and code small (steps, numel_k) layers with one table: ``model`` fitted to
     their scaled values pooled (``empirical``: their counts summed). Each layer's steps stay
     separate chunks, each decodable alone (``ctx-steps``: from its key step on); scales per
-    layer and step as in :func:`encode_layer`."""
+    layer and step as in :func:`encode_layer`. ``join``: every member's steps coded as one
+    chunk (a ``GRJ`` block) where that is smaller in all (``co3cli.container.joinable``)."""
     quantized = [_quantize_layer(d, grid, scale_rule, None)[:3] for d in datas]
     counts = np.sum([c for _, _, c in quantized], axis=0, dtype=np.int64)
     scaless = [_scales(infos) for _, infos, _ in quantized]
     sample = None if model in ("empirical", tables.AUTO) else tables.pooled_sample(datas, scaless)
     weights, meta = tables.model_weights(None, None, counts, grid, model, sample=sample)
-    table = coder.table_from_weights(weights)
-    members = []
-    for k, ((sym, infos, c), scales) in enumerate(zip(quantized, scaless)):
-        cols = row_length(None if shapes is None else shapes[k], sym.shape[1])
-        members.append(EncodedLayer(_fallback_meta(infos), table, scales,
-                                    encode_bodies(table, sym, cols), c))
+    candidates = [(coder.table_from_weights(weights), meta)]
+    if model == tables.AUTO and coder.id == POOL_ALL_CODER:  # an adaptive coder's prior: the
+        # pooled counts or a flat one (a table that deflates to a few bytes), the smaller
+        candidates.append((coder.table_from_weights(np.ones(grid.nsym)), {"model": "uniform"}))
+    syms = [(sym, row_length(None if shapes is None else shapes[k], sym.shape[1]))
+            for k, (sym, _, _) in enumerate(quantized)]
+    can_join = join and all(joinable(*sym.shape) for sym, _ in syms)
+    best = None
+    for table, meta in candidates:
+        bodies = [encode_bodies(table, sym, cols) for sym, cols in syms]
+        size, joined = sum(map(_framed, bodies)), False
+        if can_join:
+            whole = [[table.encode(sym.reshape(-1), cols=cols)] for sym, cols in syms]
+            if sum(map(_framed, whole)) < size:
+                bodies, size, joined = whole, sum(map(_framed, whole)), True
+        size += table_field_bytes(table.to_bytes())
+        if best is None or size < best[0]:
+            best = (size, table, meta, bodies, joined)
+    _, table, meta, bodies, joined = best
+    members = [EncodedLayer(_fallback_meta(infos), table, scales, b, c, joined=joined)
+               for (_, infos, c), scales, b in zip(quantized, scaless, bodies)]
     return EncodedGroup(meta, table, members)
 
 
@@ -396,6 +435,9 @@ def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
 
 
 DEFAULT_FORMAT, DEFAULT_CODER, DEFAULT_MODEL = "fp8-e5m2", "ctx", "auto"  # README: "Rate"
+POOL_ALL_CODER = "ctx"  # its small layers share one group whatever their kind (its prior
+# adapts: a pooled or flat prior costs ~1-3 % of a small layer's payload, a table per layer
+# ~300 bytes at fp8), ``co3cli.container.plan``
 BOOK_CODER, BOOK_MODEL = "ans", "gennorm-zi"  # codebooks: tables reused on later steps must
 # code every symbol (a model's), and serve the in-training streams (ans)
 
@@ -493,10 +535,15 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
         info = None if book is None else {"source": book.source, "checksum": book.checksum}
         header = _header(dump, grid, coder_obj, scale, model, info)
         names = list(dump.layers)
+        pool_all = coder_obj.id == POOL_ALL_CODER
         groups = [] if book is not None or not small_layers else \
-            plan_groups(names, [dump.numel(n) for n in names], len(dump.steps))
+            plan_groups(names, [dump.numel(n) for n in names], len(dump.steps), pool_all)
         if groups:
-            header["small_layers"] = plan_config()
+            header["small_layers"] = plan_config(pool_all)
+        join = not step_context(header) and any(joinable(len(dump.steps), dump.numel(n))
+                                                for n in names)
+        if join:
+            header["joined_steps"] = join_config()
         writer = Co3Writer(f, header, groups=bool(groups), step_context=step_context(header))
         result = CodecResult(str(dst), 0, 0)
         done_layers: dict[int, dict] = {}
@@ -518,9 +565,9 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
             is_group, idx, datas, shapes, table = job
             if is_group:
                 return idx, encode_group(datas, grid, coder_obj, scale_rule=scale, model=model,
-                                         shapes=shapes)
+                                         shapes=shapes, join=join)
             return idx, encode_layer(datas[0], grid, coder_obj, scale_rule=scale, model=model,
-                                     table=table, shape=shapes[0], workers=workers)
+                                     table=table, shape=shapes[0], workers=workers, join=join)
 
         def write(done):
             idx, enc = done
@@ -536,13 +583,13 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
                 nbytes = writer.write_group(
                     {**enc.meta, **({"layers": per_layer} if per_layer else {})},
                     enc.table.to_bytes(),
-                    [(i, list(zip(m.scales.tolist(), m.bodies))) for i, m in zip(idx, enc.members)])
+                    [(i, _chunks(m)) for i, m in zip(idx, enc.members)])
                 members = enc.members
             else:
                 groups = None if enc.step_groups is None else \
                     [(n, kind, t.to_bytes()) for n, kind, t in enc.step_groups]
                 nbytes = [writer.write_layer(enc.meta, b"" if groups else enc.table.to_bytes(),
-                                             list(zip(enc.scales.tolist(), enc.bodies)), groups)]
+                                             _chunks(enc), groups)]
                 members = [enc]
             for i, m, n in zip(idx, members, nbytes):
                 size = int(m.scales.size) * dump.numel(names[i])
@@ -561,12 +608,22 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
     return result
 
 
+def _chunks(enc: EncodedLayer):
+    """A layer's chunks as the container takes them: (scale, body) per step, or joined."""
+    if enc.joined:
+        return Joined(enc.scales.tolist(), enc.bodies[0])
+    return list(zip(enc.scales.tolist(), enc.bodies))
+
+
 def decode_values(block, grid, coder, numel: int, shape=None,
                   workers: Workers | None = None) -> np.ndarray:
     """Dequantized values (steps, numel) float32 of one verified layer block; ``workers``
     share its rows among threads (the same values without)."""
     tables = step_tables(block, grid, coder)  # one per step (step groups: their group's)
     cols = row_length(shape, numel)
+    if block.joined:  # small layers: every step in one chunk (decoded whole)
+        sym = decode_block(block, grid, coder, numel, shape)
+        return np.stack([dequantize(sym[t], grid, block.scales[t]) for t in range(sym.shape[0])])
     values = np.empty((len(block.bodies), numel), dtype=np.float32)
     if tables and hasattr(tables[0], "decode_steps"):  # context across steps: key groups
         sym = tables[0].decode_steps(block.bodies, numel, cols,

@@ -62,7 +62,7 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
             lay = co3.header["layers"][block.index]
             layers.append({"name": lay["name"], "shape": lay["shape"], "numel": lay["numel"],
                            "bytes": block.nbytes, "payload_bytes": block.payload_bytes,
-                           "table_bytes": _table_bytes(block, len(co3.header["steps"])),
+                           "table_bytes": 0 if block.same_as is not None else block.table_nbytes,
                            "model": block.meta.get("model"),
                            "scale_fallbacks": _fallbacks(block.meta, co3.header),
                            "scales": block.scales.tolist(), "group": block.group,
@@ -77,19 +77,6 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
                        header_bytes=co3.header_bytes, trailer_bytes=co3.trailer_bytes,
                        header={k: v for k, v in co3.header.items() if k != "layers"},
                        layers=layers)
-
-
-def _table_bytes(block, nsteps: int) -> int:
-    """Bytes of the block's table field: an ``LYS`` block's whole table set (its groups'
-    tables and their framing; a stored layer's is a few bytes), not the representative
-    table a reader builds for it."""
-    if block.same_as is not None:  # an LYE block: a reference, no table of its own
-        return 0
-    if block.step_groups is None:
-        return len(block.table)
-    from co3cli.container.tableset import pack_tableset
-
-    return len(pack_tableset(block.step_groups, nsteps))
 
 
 def _fallbacks(meta: dict, header: dict) -> int | None:

@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 import pytest
 
-from co3cli.container import MAGIC, Co3Writer, open_co3
+from co3cli.container import MAGIC, Co3Writer, Joined, open_co3
 from co3cli.dump import Dump
 from conftest import run_cli
 
@@ -253,7 +253,8 @@ def _rewrite(src, dst, header_fn=None, block_fn=None):
         for b in blocks:
             meta, table, scales, bodies = (block_fn or (lambda b: (b.meta, b.table,
                                                                    b.scales.tolist(), b.bodies)))(b)
-            w.write_layer(meta, table, list(zip(scales, bodies)))
+            w.write_layer(meta, table, Joined(scales, bodies[0]) if b.joined
+                          else list(zip(scales, bodies)))
         w.close()
 
 

@@ -2,7 +2,8 @@
 still compress to the same bytes (``SOURCE_DATE_EPOCH`` fixes the one timestamp).
 
 The fixtures in ``tests/golden/`` were made by co3cli 0.1.0 with ``tests/golden/make_golden.py``
-(``GROUP_CASES``: the ``.co3`` 1.1 layout, small layers pooled into group blocks).
+(``GROUP_CASES``: small layers pooled into group blocks), rewritten in the ``.co3`` 1.3 layout;
+the earlier ones (1.0-1.2) are in ``tests/golden/v1.2/`` (``tests/test_container_compact.py``).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def test_golden_groups_decode_bit_exactly(case, tmp_path):
 
     with open(HERE / f"{case}.co3", "rb") as f:
         co3 = open_co3(f)
-        assert co3.version == (1, 1) and "small_layers" in co3.header
+        assert co3.version == (1, 3) and "small_layers" in co3.header  # (1.1: golden/v1.2)
         assert sum(b.group is not None for b in co3.layers()) == 17  # all but the conv kernel
     out = tmp_path / "out.h5"
     decompress(HERE / f"{case}.co3", out)

@@ -210,7 +210,7 @@ def test_dump_round_trip_keeps_every_stored_bit(tmp_path):
     res = compress(tmp_path / "src.h5", tmp_path / "g.co3", format="f32-lossless")
     assert res.entries == 2 * (1200 + 640 + 320 + 5) and res.nbytes == (tmp_path / "g.co3").stat().st_size
     info = inspect_co3(tmp_path / "g.co3", decode=True)
-    assert info.header["format"]["id"] == "f32-lossless" and info.version == "1.0"
+    assert info.header["format"]["id"] == "f32-lossless" and info.version == "1.3"
     rep = report_file(tmp_path / "g.co3")
     assert rep["total"]["bpe"] == pytest.approx(8 * res.nbytes / res.entries)
     decompress(tmp_path / "g.co3", tmp_path / "back.h5")

@@ -22,10 +22,10 @@ def streams(rng, steps=3, memory=False):
     """An FL ``transmitted.h5``-like dump: raw, corrected (raw itself without a memory) and a
     small bias stream (pooled into a group: never referenced)."""
     out = {}
-    w = (rng.laplace(size=(steps, 1200)) * 1e-3).astype(np.float32)
+    w = (rng.laplace(size=(steps, 30000)) * 1e-3).astype(np.float32)
     c = w + np.float32(0.5) * w[::-1] if memory else w.copy()
     for stream, x in (("raw", w), ("corrected", c)):
-        out[f"{stream}/fc.weight"] = (x, (40, 30))
+        out[f"{stream}/fc.weight"] = (x, (100, 300))
         for k in range(5):
             out[f"{stream}/b{k}.bias"] = (np.full((steps, 8), 1e-3 * (k + 1), np.float32), (8,))
     return out

@@ -68,16 +68,19 @@ def test_groups_round_trip_bit_exactly_and_cost_fewer_bytes(bn_dump, tmp_path, c
     check_lossless(bn_dump, co3, dec, "fp8-e5m2", None)
     with open(co3, "rb") as f:
         c = open_co3(f)
-        assert c.version == (1, 1)
-        assert c.header["small_layers"] == plan.plan_config()
+        assert c.version == (1, 3)
+        assert c.header["small_layers"] == plan.plan_config(pool_all=coder == "ctx")
         blocks = list(c.layers())
         assert sum(b.nbytes for b in blocks) == c.size - c.header_bytes - c.trailer_bytes
     groups = {b.group for b in blocks if b.group is not None}
-    assert groups == {1, 2}  # the BN weights' group, the biases' group (fc.bias pooled there)
-    assert [b.index for b in blocks if b.group == 2] == list(range(2, 30, 3)) + [30]
-    assert all(b.group is None for b in blocks[:30:3])  # conv kernels: alone
+    if coder == "ctx":  # an adaptive coder: every layer of <= JOIN_ENTRIES entries in one group
+        assert groups == {0} and all(b.group == 0 for b in blocks)
+    else:
+        assert groups == {1, 2}  # the BN weights' group, the biases' (fc.bias pooled there)
+        assert [b.index for b in blocks if b.group == 2] == list(range(2, 30, 3)) + [30]
+        assert all(b.group is None for b in blocks[:30:3])  # conv kernels: alone
     with open(tmp_path / "a.co3", "rb") as f:
-        assert open_co3(f).version == (1, 0)
+        assert open_co3(f).version == (1, 3)
 
 
 def test_group_layout_does_not_depend_on_threads(bn_dump, tmp_path, monkeypatch):
@@ -126,7 +129,7 @@ def test_codebook_files_keep_per_layer_tables(bn_dump, tmp_path):
     compress(bn_dump, tmp_path / "b.co3", codebook=book)
     with open(tmp_path / "b.co3", "rb") as f:
         c = open_co3(f)
-        assert c.version == (1, 0) and "small_layers" not in c.header
+        assert c.version == (1, 3) and "small_layers" not in c.header
         assert all(b.group is None for b in c.layers())
 
 
@@ -170,5 +173,5 @@ def test_a_group_block_in_a_10_file_is_refused(bn_dump, tmp_path):
     hlen = struct.unpack_from("<I", data, 12)[0]
     struct.pack_into("<I", data, 16 + hlen, zlib.crc32(bytes(data[:16 + hlen])))
     struct.pack_into("<I", data, len(data) - 11, zlib.crc32(bytes(data[:-11])))
-    with pytest.raises(CorruptDataError, match="layer index is inconsistent"):
+    with pytest.raises(CorruptDataError, match="preset dictionary"):  # a 1.3 header
         open_co3(io.BytesIO(bytes(data)))

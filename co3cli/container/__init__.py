@@ -6,19 +6,28 @@ byte is detected before anything is decoded::
     file      := preamble header block* trailer
     preamble  := magic "CO3\\x89GRD\\n" (8) | major u16 | minor u16 | header_len u32
     header    := header_len bytes of zlib-compressed UTF-8 JSON | crc32(preamble + header) u32
-    block     := layer | group | steps | same       (group: version 1.1 and later)
+                 (1.3: deflated with a preset dictionary the stream names: ``hdict``)
+    block     := layer | group | steps | same | joined | joined-group
+                 (group: 1.1 and later; joined, joined-group: 1.3 and later)
     layer     := "LYR\\0" | index u32 | meta_len u32 | meta JSON | table_len u32 | table
                  | chunk * steps | crc32(the whole layer block before it) u32
     group     := "GRP\\0" | n u32 | meta_len u32 | meta (zlib-compressed JSON) | table_len u32 | table
                  | member * n | crc32(the whole group block before it) u32
+    joined    := "LYJ\\0" | a layer block's fields, its chunks one ``whole``
+    joined-group := "GRJ\\0" | a group block's fields, each member ``gap uvarint | whole``
+    whole     := scale f32 * steps | body_len uvarint | body (every step's symbols, in order)
     steps     := "LYS\\0" | a layer block's fields, its table a table set (step groups, each
                  with its own table or stored symbols: ``co3cli.container.tableset``)
-    same      := "LYE\0" | index u32 | source u32 | crc32(the 12 bytes before it) u32
+    same      := "LYE\\0" | index u32 | source u32 | crc32(the 12 bytes before it) u32
     member    := gap uvarint | chunk * steps       (its layer index: the previous member's
                                                     + 1 + gap; the first member's: gap)
     chunk     := scale f32 | body_len uvarint (LEB128) | body (coder payload, body_len bytes)
     trailer   := "END\\0" | n_layers u32 | layer offsets u64 * n_layers | file_crc u32 | "\\x89CO3END"
                  (file_crc = crc32 of every byte before it, trailer head and offsets included)
+    trailer 1.3 := "END\\0" | n_layers u32 | zigzag uvarint * n_layers (each layer's offset less
+                 the previous layer's; the first's less 0) | trailer_len u32 (the bytes from
+                 "END\\0" to here) | file_crc u32 | "\\x89CO3END"
+    table_len 1.3: bit 31 set: the table is raw-deflated, table_len & 0x7FFFFFFF bytes
 
 The JSON header records the format (grid config), tie rule, scale rule, coder config,
 model, layer names/shapes, steps, losses, the source dump's attributes and the co3cli
@@ -33,14 +42,14 @@ layer index, only where a layer has some). Which layers are grouped is the write
 only the layout. Offsets: layer ``i``'s is that of the block holding it (a group's members
 share it); blocks come in the order of their first layer, the first right after the header,
 and each block ends where the next begins (the last at the trailer). A group's members are
-exactly the layers whose offset points at it, in increasing order. A file without a group
-block is written as version 1.0 (the layout above without ``group``, byte for byte).
+exactly the layers whose offset points at it, in increasing order. Files of 1.0-1.2
+were written without and with group blocks (1.0: none); every file is now written as 1.3.
 
 Context across steps (1.2): with a coder whose config has ``key_every`` K (``ctx-steps``),
 chunk ``t`` of a layer is coded given chunk ``t - 1`` (its symbols and the coder's state), except
 at key steps ``t % K == 0`` (K = 0: chunk 0 only), which decode alone: step ``s`` decodes from
 the chunks of its key step ``K * (s // K)`` through ``s``. The layout is unchanged; only such
-files are written as 1.2 (:func:`step_context` says which), and a reader refuses a header with
+files were written as 1.2 (now 1.3; :func:`step_context` says which), and a reader refuses a header with
 such a coder in a file that says less than 1.2.
 
 Step groups (``LYS``): a layer whose steps drifted codes each run of consecutive steps with
@@ -53,6 +62,21 @@ feedback is off) is a 16-byte reference to it: ``source`` is an earlier layer co
 its own (``LYR`` or ``LYS``, never a group member or another reference), and the reader hands
 back that block's table, scales and chunks under the new layer's index (its payload: 0 bytes).
 Like ``LYS``, the tag is the feature flag: files without an equal layer keep their bytes.
+
+Small files (1.3, every file written now): the fixed bytes of a file of 10^4 entries were a
+tenth of it (a 1.4 KB header, a table and a final coder state per layer and step, u64
+offsets). The header is deflated with a preset dictionary of the keys, configs and torch
+module reprs headers repeat (``co3cli.container.hdict``: 1,434 -> 552 bytes on
+digits-resnet-tiny; every key and the whole provenance kept); a table is stored deflated where
+smaller; offsets are varints. A small layer (``co3cli.container.plan.joinable``: at most
+``JOIN_ENTRIES`` entries, steps x numel) coded with one table may have its steps *joined*: one
+chunk holding every step (the steps as further rows of its 2-D view, so an adaptive coder's
+statistics carry and one final state is paid), written where that is smaller. **Per-step
+random access is traded there, and only there**: a step of a joined layer decodes with the
+others of its layer (at most ``JOIN_ENTRIES`` symbols). Files whose coder codes each step
+given the previous one (``ctx-steps``) and lossless files are never joined (a reader refuses
+such blocks there). With the ``ctx`` coder every small layer shares one group whatever its
+kind (``plan_groups(pool_all=True)``, recorded in ``small_layers``).
 
 A reader accepts major version 1, any minor version (1.0: no group blocks); it verifies the
 file CRC and structure before decoding anything, and each decoder must consume its chunk
@@ -83,14 +107,17 @@ Layer names must be distinct, non-empty relative HDF5 paths, none a folder of an
 """
 
 from co3cli.container.blocks import (END_MAGIC, MAGIC, MAJOR, MINOR, Co3File, Co3Writer,
-                                     LayerBlock, open_co3)
-from co3cli.container.header import (MAX_CHUNK, MAX_DEPTH, MAX_DIMS, MAX_ENTRIES,
+                                     Joined, LayerBlock, open_co3)
+from co3cli.container.framing import table_field_bytes
+from co3cli.container.header import (COMPACT_MINOR, MAX_CHUNK, MAX_DEPTH, MAX_DIMS, MAX_ENTRIES,
                                      MAX_ENTRIES_PER_BYTE, MAX_HEADER, MAX_HEADER_JSON, MAX_META,
                                      MAX_TABLE, STEP_CONTEXT_MINOR, header_problem, parse_json,
                                      step_context)
-from co3cli.container.plan import plan_config, plan_groups, plan_units
+from co3cli.container.plan import (join_config, joinable, plan_config, plan_groups,
+                                   plan_units)
 
-__all__ = ["END_MAGIC", "MAGIC", "MAJOR", "MINOR", "Co3File", "Co3Writer", "LayerBlock",
+__all__ = ["END_MAGIC", "MAGIC", "MAJOR", "MINOR", "Co3File", "Co3Writer", "Joined", "LayerBlock",
+           "COMPACT_MINOR", "join_config", "joinable", "table_field_bytes",
            "open_co3", "MAX_CHUNK", "MAX_DEPTH", "MAX_DIMS", "MAX_ENTRIES", "MAX_ENTRIES_PER_BYTE",
            "MAX_HEADER", "MAX_HEADER_JSON", "MAX_META", "MAX_TABLE", "header_problem",
            "parse_json", "plan_config", "plan_groups", "plan_units", "STEP_CONTEXT_MINOR",

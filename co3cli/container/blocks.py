@@ -11,10 +11,12 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from co3cli.container.header import (MAX_CHUNK, MAX_ENTRIES_PER_BYTE, MAX_HEADER, MAX_META,
-                                     MAX_TABLE, STEP_CONTEXT_MINOR, header_problem, inflate,
-                                     parse_json, step_context)
-from co3cli.container.framing import read_uvarint, uvarint
+from co3cli.container.framing import (TABLE_DEFLATED, read_trailer, read_uvarint,
+                                      table_field, trailer_bytes, uvarint)
+from co3cli.container.hdict import deflate, stream_dict_id
+from co3cli.container.header import (COMPACT_MINOR, MAX_CHUNK, MAX_ENTRIES_PER_BYTE, MAX_HEADER,
+                                     MAX_META, MAX_TABLE, STEP_CONTEXT_MINOR, header_problem,
+                                     inflate, inflate_raw, parse_json, step_context)
 from co3cli.container.tableset import (KIND_RAW, STEPS_TAG, pack_tableset, parse_tableset,
                                        representative_table)
 from co3cli.errors import CorruptDataError, InputError
@@ -22,20 +24,38 @@ from co3cli.fileio import CO3_MAGIC, misplaced
 
 MAGIC = CO3_MAGIC  # b"CO3\x89GRD\n"
 END_MAGIC = b"\x89CO3END"
-MAJOR, MINOR = 1, 2  # minor 1: group blocks; a file without one is written as 1.0;
-# minor 2 (STEP_CONTEXT_MINOR): chunks with context across steps, written only for such coders
+MAJOR, MINOR = 1, 3  # minor 1: group blocks; minor 2 (STEP_CONTEXT_MINOR): chunks with context
+# across steps; minor 3 (COMPACT_MINOR, every file written now): the header deflated with a
+# preset dictionary, joined steps (LYJ/GRJ blocks), varint offsets in the trailer
 _PRE = struct.Struct("<8sHHI")
 _U32 = struct.Struct("<I")
 _LAYER_HEAD = struct.Struct("<4sII")  # tag, index (a group: its member count), meta_len
 _F32 = struct.Struct("<f")
-_TRAILER_HEAD = struct.Struct("<4sI")
 LAYER_TAG, GROUP_TAG = b"LYR\0", b"GRP\0"
 SAME_TAG = b"LYE\0"  # a layer equal to an earlier one (its index, the source's): no chunks
 _SAME = struct.Struct("<4sII")
+JOINED_TAG, JOINED_GROUP_TAG = b"LYJ\0", b"GRJ\0"  # 1.3: each layer's steps in one chunk
+
+
+@dataclass
+class Joined:
+    """A layer's steps coded as one chunk (``LYJ``/``GRJ`` blocks, ``.co3`` 1.3): a scale per
+    step and one body, the steps' symbols in order (the layer's 2-D view with the steps as
+    further rows)."""
+
+    scales: list
+    body: bytes
 
 
 def _chunks_bytes(chunks) -> bytes:
+    if isinstance(chunks, Joined):
+        return (struct.pack(f"<{len(chunks.scales)}f", *chunks.scales) + uvarint(len(chunks.body))
+                + chunks.body)
     return b"".join(_F32.pack(scale) + uvarint(len(body)) + body for scale, body in chunks)
+
+
+def _nchunks(chunks) -> int:
+    return len(chunks.scales) if isinstance(chunks, Joined) else len(chunks)
 
 
 def _json(obj) -> bytes:
@@ -59,8 +79,9 @@ class Co3Writer:
 
     Blocks come in the order of their first layer: :meth:`write_layer` writes the lowest layer
     not yet written; :meth:`write_group` a group whose first member is that layer. ``groups``:
-    whether the file may hold group blocks (written as version 1.1; else 1.0);
-    ``step_context``: the coder codes each step given the previous one (version 1.2)."""
+    whether the file may hold group blocks; ``step_context``: the coder codes each step given
+    the previous one (no joined blocks then). Files are written as version 1.3: the header
+    deflated with ``co3cli.container.hdict``'s dictionary, varint offsets in the trailer."""
 
     def __init__(self, f: BinaryIO, header: dict, groups: bool = False,
                  step_context: bool = False):
@@ -72,14 +93,17 @@ class Co3Writer:
         self._next = 0
         self._groups = groups
         self._alone: set[int] = set()  # layers written in a block of their own (LYR/LYS)
-        js = zlib.compress(_json(header), 9)
-        minor = STEP_CONTEXT_MINOR if step_context else (1 if groups else 0)
-        pre = _PRE.pack(MAGIC, MAJOR, minor, len(js))
+        self._step_context = step_context
+        js = deflate(_json(header))
+        pre = _PRE.pack(MAGIC, MAJOR, COMPACT_MINOR, len(js))
         self.w.write(pre + js + _U32.pack(zlib.crc32(pre + js)))
 
     def _check_chunks(self, idx: int, chunks) -> None:
-        if len(chunks) != len(self.header["steps"]):
-            raise InputError(f"layer {idx}: {len(chunks)} chunks for {len(self.header['steps'])} steps")
+        if _nchunks(chunks) != len(self.header["steps"]):
+            raise InputError(f"layer {idx}: {_nchunks(chunks)} chunks for "
+                             f"{len(self.header['steps'])} steps")
+        if isinstance(chunks, Joined) and self._step_context:
+            raise InputError(f"layer {idx}: joined steps in a file coded in context across steps")
 
     def _claim(self, indices: list[int]) -> int:
         if not indices or indices[0] != self._next:
@@ -98,19 +122,22 @@ class Co3Writer:
                     step_groups: list[tuple[int, int, bytes]] | None = None) -> int:
         """Write one layer block; returns its size in bytes. ``step_groups`` ((steps, kind,
         table), ``co3cli.container.tableset``): an ``LYS`` block with those tables instead of
-        ``table`` (which must then be empty)."""
+        ``table`` (which must then be empty). ``chunks``: (scale, body) per step, or
+        :class:`Joined` (an ``LYJ`` block)."""
         idx = self._next
         if idx >= self.nlayers:
             raise InputError("more layers written than the header declares")
         self._check_chunks(idx, chunks)
-        tag = LAYER_TAG
+        tag = JOINED_TAG if isinstance(chunks, Joined) else LAYER_TAG
         if step_groups is not None:
+            if tag == JOINED_TAG:
+                raise InputError("a layer with step groups codes its steps apart")
             if table:
                 raise InputError("a layer with step groups takes its tables from them")
             tag, table = STEPS_TAG, pack_tableset(step_groups, len(self.header["steps"]))
         start = self._claim([idx])
         mj = _json(meta)
-        block = (_LAYER_HEAD.pack(tag, idx, len(mj)) + mj + _U32.pack(len(table)) + table
+        block = (_LAYER_HEAD.pack(tag, idx, len(mj)) + mj + table_field(table)
                  + _chunks_bytes(chunks))
         self.w.write(block + _U32.pack(zlib.crc32(block)))
         self.layer_bytes.append(self.w.pos - start)
@@ -134,17 +161,22 @@ class Co3Writer:
 
     def write_group(self, meta: dict, table: bytes,
                     members: list[tuple[int, list[tuple[float, bytes]]]]) -> list[int]:
-        """Write one group block (``members``: (layer index, chunks), indices increasing);
-        returns each member's bytes (its own, plus an equal share of the group's head, meta,
-        table and CRC: the shares sum to the block's size)."""
+        """Write one group block (``members``: (layer index, chunks), indices increasing;
+        chunks all :class:`Joined`: a ``GRJ`` block); returns each member's bytes (its own,
+        plus an equal share of the group's head, meta, table and CRC: the shares sum to the
+        block's size)."""
         if not self._groups:
             raise InputError("this writer was opened for a file without group blocks")
         indices = [i for i, _ in members]
         for i, chunks in members:
             self._check_chunks(i, chunks)
+        joined = {isinstance(chunks, Joined) for _, chunks in members}
+        if len(joined) > 1:
+            raise InputError("a group's members are all joined or none")
         self._claim(indices)
-        mj = zlib.compress(_json(meta), 9)
-        head = _LAYER_HEAD.pack(GROUP_TAG, len(members), len(mj)) + mj + _U32.pack(len(table)) + table
+        mj = deflate(_json(meta))
+        tag = JOINED_GROUP_TAG if joined == {True} else GROUP_TAG
+        head = _LAYER_HEAD.pack(tag, len(members), len(mj)) + mj + table_field(table)
         parts, prev = [], -1
         for i, chunks in members:
             parts.append(uvarint(i - prev - 1) + _chunks_bytes(chunks))
@@ -163,8 +195,7 @@ class Co3Writer:
         if missing:
             raise InputError(f"{self.nlayers - len(missing)} layers written, header declares "
                              f"{self.nlayers}")
-        n = self.nlayers
-        self.w.write(_TRAILER_HEAD.pack(b"END\0", n) + struct.pack(f"<{n}Q", *self.offsets))
+        self.w.write(trailer_bytes(self.offsets))
         self.w.write(_U32.pack(self.w.crc) + END_MAGIC)
         return self.w.pos
 
@@ -187,14 +218,27 @@ class LayerBlock:
     # table, scales and bodies it carries; ``payload_bytes`` 0, ``nbytes`` its own block's)
     step_groups: list | None = None  # an ``LYS`` block: (steps, kind, table bytes) per group
     # (``table``: the representative one, ``tableset.representative_table``)
+    joined: bool = False  # ``LYJ``/``GRJ``: ``bodies`` is one chunk holding every step
+    table_nbytes: int = 0  # the table's bytes in the file (1.3: deflated where smaller)
 
     @property
     def side_bytes(self) -> int:
         return self.nbytes - self.payload_bytes
 
 
-def _read_chunks(buf, pos: int, end: int, nsteps: int, what: str):
-    """``nsteps`` chunks from ``buf[pos:end]``: (scales, bodies, payload bytes, position after)."""
+def _read_chunks(buf, pos: int, end: int, nsteps: int, what: str, joined: bool = False):
+    """``nsteps`` chunks from ``buf[pos:end]`` (``joined``: ``nsteps`` scales and one body):
+    (scales, bodies, payload bytes, position after)."""
+    if joined:
+        if pos + 4 * nsteps >= end:
+            raise CorruptDataError(f"{what}: scales overrun the block")
+        scales = np.frombuffer(buf, dtype="<f4", count=nsteps, offset=pos).astype(np.float32)
+        blen, start = read_uvarint(buf, pos + 4 * nsteps, end, f"{what} length")
+        if blen > MAX_CHUNK:
+            raise CorruptDataError(f"{what}: chunk of {blen} bytes (limit {MAX_CHUNK})")
+        if start + blen > end:
+            raise CorruptDataError(f"{what}: chunk overruns the block")
+        return scales, [bytes(buf[start:start + blen])], blen, start + blen
     scales = np.empty(nsteps, dtype=np.float32)
     bodies, payload = [], 0
     for t in range(nsteps):
@@ -217,10 +261,11 @@ def _check_scales(scales, what: str) -> None:
         raise CorruptDataError(f"{what}: a scale is not a positive number")
 
 
-def _meta_table(buf, mv, mlen: int, end: int, what: str,
-                zipped: bool = False) -> tuple[dict, bytes, int]:
+def _meta_table(buf, mv, mlen: int, end: int, what: str, zipped: bool = False,
+                minor: int = 0) -> tuple[dict, bytes, int, int]:
     """The metadata object (``zipped``: zlib-compressed JSON, a group's) and table after a
-    block head; returns them and the position after."""
+    block head (``minor`` >= 3: maybe deflated); returns them, the position after and the
+    table's bytes in the file."""
     pos = _LAYER_HEAD.size
     if pos + mlen + 4 > end:
         raise CorruptDataError(f"{what}: metadata overruns the block")
@@ -230,17 +275,21 @@ def _meta_table(buf, mv, mlen: int, end: int, what: str,
     pos += mlen
     (tlen,) = _U32.unpack_from(buf, pos)
     pos += 4
+    deflated = minor >= COMPACT_MINOR and tlen & TABLE_DEFLATED
+    tlen &= ~TABLE_DEFLATED if deflated else -1
     if tlen > MAX_TABLE:
         raise CorruptDataError(f"{what}: table of {tlen} bytes (limit {MAX_TABLE})")
     if pos + tlen > end:
         raise CorruptDataError(f"{what}: table overruns the block")
     table = bytes(mv[pos:pos + tlen])
+    if deflated:
+        table = inflate_raw(table, f"{what} table")
     if zipped:
         meta_raw = inflate(meta_raw, what, "metadata", MAX_META)
     meta = parse_json(meta_raw, f"{what} metadata")
     if not isinstance(meta, dict):
         raise CorruptDataError(f"{what}: metadata is not a JSON object")
-    return meta, table, pos + tlen
+    return meta, table, pos + tlen, tlen
 
 
 @dataclass
@@ -284,10 +333,19 @@ class Co3File:
         buf = self._block(start)
         if buf[:4] == SAME_TAG:
             return self._read_same(i, buf)
-        if buf[:4] == GROUP_TAG and self.version[1] >= 1:
-            self._groups[start] = self._read_group(start, buf)
+        if buf[:4] == GROUP_TAG and self.version[1] >= 1 or self._joined_ok(buf[:4] == JOINED_GROUP_TAG):
+            self._groups[start] = self._read_group(start, buf, buf[:4] == JOINED_GROUP_TAG)
             return self._take(start, i)
         return self._read_single(i, buf)
+
+    def _joined_ok(self, joined: bool) -> bool:
+        """Whether a joined block may be read here (it may not in a file of context across
+        steps or of float words: their decoders go step by step)."""
+        if joined and self.version[1] >= COMPACT_MINOR and (
+                step_context(self.header) or self.header["format"].get("kind") == "lossless"):
+            raise CorruptDataError("a block of joined steps in a file whose coder codes step "
+                                   "by step")
+        return joined and self.version[1] >= COMPACT_MINOR
 
     def _take(self, start: int, i: int) -> LayerBlock:
         members = self._groups[start]
@@ -305,9 +363,12 @@ class Co3File:
             raise CorruptDataError(f"layer {i} ({lay['name']}): checksum mismatch")
         end = len(buf) - 4
         tag, idx, mlen = _LAYER_HEAD.unpack_from(buf, 0)
-        if tag not in (LAYER_TAG, STEPS_TAG) or idx != i or len(self._refs[self.offsets[i]]) != 1:
+        joined = self._joined_ok(tag == JOINED_TAG)
+        if tag not in (LAYER_TAG, STEPS_TAG) and not joined or idx != i \
+                or len(self._refs[self.offsets[i]]) != 1:
             raise CorruptDataError(f"layer {i}: bad block tag or index")
-        meta, table, pos = _meta_table(buf, mv, mlen, end, f"layer {i}")
+        meta, table, pos, tbytes = _meta_table(buf, mv, mlen, end, f"layer {i}",
+                                               minor=self.version[1])
         groups = None
         if tag == STEPS_TAG:
             groups = parse_tableset(table, len(self.header["steps"]), f"layer {i}")
@@ -317,12 +378,12 @@ class Co3File:
                                        "each step given the previous one")
             table = representative_table(groups, self.header)
         scales, bodies, payload, pos = _read_chunks(buf, pos, end, len(self.header["steps"]),
-                                                    f"layer {i}")
+                                                    f"layer {i}", joined)
         if pos != end:
             raise CorruptDataError(f"layer {i}: {end - pos} unexpected bytes after its chunks")
         _check_scales(scales, f"layer {i} ({lay['name']})")
         return LayerBlock(i, lay["name"], meta, table, scales, bodies, len(buf), payload,
-                          step_groups=groups)
+                          step_groups=groups, joined=joined, table_nbytes=tbytes)
 
     def _read_same(self, i: int, buf: bytes) -> LayerBlock:
         """An ``LYE`` block: layer ``i`` equals an earlier layer coded in a block of its own
@@ -342,9 +403,10 @@ class Co3File:
             raise CorruptDataError(f"layer {i}: refers to layer {source}, itself a reference")
         src = self._read_single(source, sbuf)
         return LayerBlock(i, lays[i]["name"], src.meta, src.table, src.scales, src.bodies,
-                          len(buf), 0, same_as=source, step_groups=src.step_groups)
+                          len(buf), 0, same_as=source, step_groups=src.step_groups,
+                          joined=src.joined)
 
-    def _read_group(self, start: int, buf: bytes) -> dict[int, LayerBlock]:
+    def _read_group(self, start: int, buf: bytes, joined: bool = False) -> dict[int, LayerBlock]:
         refs = self._refs[start]
         what = f"group of layer {refs[0]}"
         mv = memoryview(buf)
@@ -357,7 +419,8 @@ class Co3File:
         if n != len(refs):
             raise CorruptDataError(f"{what}: {n} members declared, the layer index points "
                                    f"{len(refs)} layers at it")
-        meta, table, pos = _meta_table(buf, mv, mlen, end, what, zipped=True)
+        meta, table, pos, tbytes = _meta_table(buf, mv, mlen, end, what, zipped=True,
+                                               minor=self.version[1])
         per_layer = meta.pop("layers", {})
         if not isinstance(per_layer, dict) or not all(isinstance(v, dict) for v in per_layer.values()):
             raise CorruptDataError(f"{what}: per-layer metadata is not an object of objects")
@@ -370,10 +433,12 @@ class Co3File:
             if prev + 1 + gap != i:
                 raise CorruptDataError(f"{what}: member {prev + 1 + gap} where the layer index "
                                        f"has layer {i}")
-            scales, bodies, payload, pos = _read_chunks(buf, pos, end, nsteps, f"layer {i}")
+            scales, bodies, payload, pos = _read_chunks(buf, pos, end, nsteps, f"layer {i}",
+                                                        joined)
             name = self.header["layers"][i]["name"]
             out[i] = LayerBlock(i, name, {**meta, **per_layer.get(str(i), {})}, table, scales,
-                                bodies, 0, payload, refs[0], cache)
+                                bodies, 0, payload, refs[0], cache, joined=joined,
+                                table_nbytes=tbytes)
             sizes.append(pos - at)
             prev = i
         if pos != end:
@@ -432,6 +497,9 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
     (hcrc,) = _U32.unpack(f.read(4))
     if hcrc != zlib.crc32(pre + js):
         raise CorruptDataError(f"{name}: header checksum mismatch")
+    if stream_dict_id(js) is not None and minor < COMPACT_MINOR:
+        raise CorruptDataError(f"{name}: header names a preset dictionary but the file says "
+                               f"version {major}.{minor} (needs 1.{COMPACT_MINOR})")
     header = parse_json(inflate(js, name), f"header of {name}")
     problem = header_problem(header)
     if problem:
@@ -443,17 +511,8 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
     if len(header["steps"]) * nlayers > size:
         raise CorruptDataError(f"{name}: header declares {len(header['steps'])} steps x {nlayers} "
                                f"layers, more chunks than a {size}-byte file can hold")
-    tsize = _TRAILER_HEAD.size + 8 * nlayers + 4 + len(END_MAGIC)
-    end = size - tsize
-    if end < _PRE.size + hlen + 4:
-        raise CorruptDataError(f"{name} is truncated (no room for the trailer)")
-    f.seek(end)
-    tr = f.read(tsize)
-    tag, n = _TRAILER_HEAD.unpack_from(tr, 0)
-    if tag != b"END\0" or n != nlayers or tr[-len(END_MAGIC):] != END_MAGIC:
-        raise CorruptDataError(f"{name} is truncated or its trailer is corrupt")
-    offsets = list(struct.unpack_from(f"<{n}Q", tr, _TRAILER_HEAD.size))
-    (file_crc,) = _U32.unpack_from(tr, _TRAILER_HEAD.size + 8 * n)
+    end, offsets, file_crc = read_trailer(f, size, _PRE.size + hlen + 4, nlayers, minor, name,
+                                          END_MAGIC)
     f.seek(0)
     crc, left = 0, size - 4 - len(END_MAGIC)
     while left:
@@ -464,6 +523,7 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
         left -= len(b)
     if crc != file_crc:
         raise CorruptDataError(f"{name}: file checksum mismatch (corrupted data)")
+    offsets = offsets()
     stops, refs = _block_index(offsets, _PRE.size + hlen + 4, end, minor, name)
     nsteps = len(header["steps"])
     for a, b in stops.items():

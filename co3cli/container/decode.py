@@ -5,6 +5,7 @@ block's integer table parsed (once per group block), each chunk decoded on its o
     block --step_tables--> the table of each step (an ``LYS`` block: its group's, a stored
         group's ``co3cli.coding.raw.RawTable``; otherwise the block's table for every step)
     block --iter_decode_block--> symbols of each step (numel,) --decode_block--> (steps, numel)
+    (a joined block, ``LYJ``/``GRJ``: its one chunk decoded as steps x numel symbols, then split)
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def block_table(block, grid, coder):
 def step_tables(block, grid, coder) -> list:
     """The table of each step of a verified block, parsed once per group."""
     if block.step_groups is None:
-        return [block_table(block, grid, coder)] * len(block.bodies)
+        return [block_table(block, grid, coder)] * len(block.scales)
     tables = block.cache.get("steps")
     if tables is None:
         tables = []
@@ -75,6 +76,10 @@ def iter_decode_block(block, grid, coder, numel: int, shape=None):
     """Symbols (numel,) of each step of one verified layer block, in order."""
     tables = step_tables(block, grid, coder)
     cols = row_length(shape, numel)
+    if block.joined:  # LYJ/GRJ: every step in one chunk, the steps as further rows
+        sym = tables[0].decode(block.bodies[0], numel * len(block.scales), cols=cols)
+        yield from sym.reshape(len(block.scales), numel)
+        return
     if tables and hasattr(tables[0], "stream"):  # context across steps (ctx-steps): in order
         stream = tables[0].stream(numel, cols)
         for body in block.bodies:
@@ -86,6 +91,10 @@ def iter_decode_block(block, grid, coder, numel: int, shape=None):
 
 def decode_block(block, grid, coder, numel: int, shape=None) -> np.ndarray:
     """Symbols (steps, numel) of one verified layer block."""
+    if block.joined:  # one chunk: its rows are the steps
+        table = step_tables(block, grid, coder)[0]
+        return table.decode(block.bodies[0], numel * len(block.scales),
+                            cols=row_length(shape, numel)).reshape(len(block.scales), numel)
     if len(block.bodies) == 1:  # one step: the decoded row itself, no copy
         return next(iter_decode_block(block, grid, coder, numel, shape))[None, :]
     sym = np.empty((len(block.bodies), numel), dtype=np.uint16)

@@ -10,6 +10,7 @@ import zlib
 
 import numpy as np
 
+from co3cli.container.hdict import DICTIONARIES, stream_dict_id
 from co3cli.errors import CorruptDataError
 
 MAX_HEADER = 16 << 20
@@ -57,8 +58,16 @@ def parse_json(raw: bytes, what: str) -> object:
 
 def inflate(js: bytes, name: str, what: str = "header", limit: int = MAX_HEADER_JSON) -> bytes:
     """zlib-inflate ``what`` (the header; a group's metadata), refusing more than ``limit``
-    bytes of output."""
-    d = zlib.decompressobj()
+    bytes of output; a stream naming a preset dictionary (``co3cli.container.hdict``) is
+    inflated with it, one naming an unknown dictionary refused."""
+    did = stream_dict_id(js)
+    if did is None:
+        d = zlib.decompressobj()
+    elif did in DICTIONARIES:
+        d = zlib.decompressobj(zdict=DICTIONARIES[did])
+    else:
+        raise CorruptDataError(f"{name}: {what} names an unknown preset dictionary (id {did:08x}; "
+                               "written by a newer co3cli? upgrade co3cli)")
     try:
         out = d.decompress(js, limit)
         if d.unconsumed_tail:
@@ -74,14 +83,35 @@ def inflate(js: bytes, name: str, what: str = "header", limit: int = MAX_HEADER_
     return out
 
 
+def inflate_raw(data: bytes, what: str, limit: int = MAX_TABLE) -> bytes:
+    """Raw-deflated ``data`` (a 1.3 block's table) inflated, at most ``limit`` bytes, the
+    stream complete and nothing after it; else CorruptDataError naming ``what``."""
+    d = zlib.decompressobj(-15)
+    try:
+        out = d.decompress(data, limit)
+        if d.unconsumed_tail:
+            raise CorruptDataError(f"{what} inflates to more than {limit >> 20} MiB (limit)")
+        out += d.flush()
+    except zlib.error as e:
+        raise CorruptDataError(f"{what}: unreadable deflated table ({e})") from None
+    if len(out) > limit or not d.eof or d.unused_data:
+        raise CorruptDataError(f"{what}: unreadable deflated table (incomplete, too long or "
+                               "followed by other bytes)")
+    return out
+
+
 STEP_CONTEXT_MINOR = 2
 """The minor version that marks chunks depending on the previous chunk of their layer."""
+
+COMPACT_MINOR = 3
+"""The minor version of files whose header may name a preset dictionary, whose blocks may
+join a layer's steps into one chunk (``LYJ``/``GRJ``) and whose trailer holds varint offsets."""
 
 
 def step_context(header: dict) -> bool:
     """Whether a header's coder codes each step of a layer given the previous one (its config
     has ``key_every``: chunk ``t`` decodes alone when ``t % key_every == 0``, ``key_every`` 0:
-    only chunk 0; else after chunk ``t - 1``). Such a file is written as version 1.2."""
+    only chunk 0; else after chunk ``t - 1``). Such a file is version 1.2 or later."""
     coder = header.get("coder")
     return isinstance(coder, dict) and ("key_every" in coder or coder.get("id") == "ctx-steps")
 

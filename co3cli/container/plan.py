@@ -30,6 +30,23 @@ import re
 SMALL_ENTRIES = 1 << 13  # a layer of at most this many entries (steps x numel) is small
 MIN_LAYERS = 8  # a group holds at least this many layers (a cut-off tail may hold fewer)
 GROUP_ENTRIES = 1 << 20  # entries of one group at most (its float32 values are held at once)
+JOIN_ENTRIES = 1 << 16  # a layer of at most this many entries (steps x numel) may be joined
+
+
+def joinable(steps: int, numel: int) -> bool:
+    """Whether a layer's steps may be coded as one chunk (``.co3`` 1.3 ``LYJ``/``GRJ``): two
+    steps or more, at most ``JOIN_ENTRIES`` entries in all. An adaptive coder then keeps its
+    statistics across the steps and any coder pays its final state once; a step of such a layer
+    decodes only with the others (a few ms at this size: random access is given up only there).
+    On digits-resnet-tiny (10 steps, layers of 8-2304 entries) joining saved 3.5 % of the
+    ``ctx`` payload at fp8 and 6.5 % at fp4. The writer joins a layer only where that is
+    smaller."""
+    return steps >= 2 and steps * numel <= JOIN_ENTRIES
+
+
+def join_config() -> dict:
+    """The join rule's parameter, as the header records it (``joined_steps``)."""
+    return {"max_entries": JOIN_ENTRIES}
 
 
 def layer_kind(name: str) -> str:
@@ -37,8 +54,12 @@ def layer_kind(name: str) -> str:
     return re.split(r"[./]", name)[-1]
 
 
-def plan_config() -> dict:
-    """The rule's parameters, as the header records them."""
+def plan_config(pool_all: bool = False) -> dict:
+    """The rule's parameters, as the header records them (``pool_all``: see
+    :func:`plan_groups`)."""
+    if pool_all:
+        return {"max_entries": JOIN_ENTRIES, "min_layers": 2, "group_entries": GROUP_ENTRIES,
+                "pool": "all"}
     return {"max_entries": SMALL_ENTRIES, "min_layers": MIN_LAYERS,
             "group_entries": GROUP_ENTRIES}
 
@@ -54,9 +75,16 @@ def _cut(indices: list[int], entries: list[int]) -> list[list[int]]:
     return groups + [cur] if cur else groups
 
 
-def plan_groups(names: list[str], numels: list[int], steps: int) -> list[list[int]]:
-    """Groups of layer indices (each increasing; groups ordered by their first layer)."""
+def plan_groups(names: list[str], numels: list[int], steps: int,
+                pool_all: bool = False) -> list[list[int]]:
+    """Groups of layer indices (each increasing; groups ordered by their first layer).
+    ``pool_all`` (an adaptive coder, ``ctx``: its prior matters little, a table per layer
+    much): every layer of at most ``JOIN_ENTRIES`` entries in one group (cut at
+    ``GROUP_ENTRIES``), whatever its kind, when there are two or more."""
     entries = [steps * n for n in numels]
+    if pool_all:
+        small = [i for i in range(len(names)) if entries[i] <= JOIN_ENTRIES]
+        return _cut(small, entries) if len(small) >= 2 else []
     kinds: dict[str, list[int]] = {}
     for i, name in enumerate(names):
         if entries[i] <= SMALL_ENTRIES:
