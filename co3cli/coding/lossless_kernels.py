@@ -229,7 +229,7 @@ def hist2(words, mag_bits, low_shift, hist, extra):
     low = np.uint64(0)
     flat = words.ravel()
     for i in range(flat.size):
-        w = np.uint64(flat[i])
+        w = np.uint64(flat[np.uint64(i)])
         hist[w >> sh] += 1
         zp += w == 0
         zn += w == neg0
@@ -247,7 +247,7 @@ def _sym2(w, mag_mask, low_shift, zbase, mag_bits):
 @njit(cache=True, nogil=True, inline="always")
 def _enc2(x, s, xmax, rcp, rsh, bias, cmpl, out, nw):
     emit = np.uint64(x >= xmax[s])  # branch-free: the word is written, kept only if emitted
-    out[nw - 1] = np.uint16(x & np.uint64(0xFFFF))
+    out[np.uint64(nw - 1)] = np.uint16(x & np.uint64(0xFFFF))
     nw -= np.int64(emit)
     x >>= np.uint64(16) * emit
     q = ((x * np.uint64(rcp[s])) >> np.uint64(32)) >> np.uint64(rsh[s])
@@ -275,11 +275,11 @@ def encode2(words, params, xmax, rcp, rsh, bias, cmpl, out, packed, states):
     nbits = 0
     if width:
         for i in range(n):  # branch-free: a zero word adds 0 bits
-            w = np.uint64(words[i])
+            w = np.uint64(words[np.uint64(i)])
             wid = np.uint64(width) if (w & mag_mask) != 0 else np.uint64(0)
             acc |= ((w >> t) & wmask) << np.uint64(nacc)
             nacc += wid
-            packed[pos] = np.uint32(acc & np.uint64(0xFFFFFFFF))
+            packed[np.uint64(pos)] = np.uint32(acc & np.uint64(0xFFFFFFFF))
             full = np.uint64(nacc >= np.uint64(32))
             pos += np.int64(full)
             acc >>= np.uint64(32) * full
@@ -294,7 +294,7 @@ def encode2(words, params, xmax, rcp, rsh, bias, cmpl, out, packed, states):
     x3 = x0
     body = n - n % 4
     for i in range(n - 1, body - 1, -1):
-        s = _sym2(np.uint64(words[i]), mag_mask, low_shift, zbase, mag_bits)
+        s = _sym2(np.uint64(words[np.uint64(i)]), mag_mask, low_shift, zbase, mag_bits)
         if xmax[s] == 0:
             return -1, 0
         lane = i & 3
@@ -305,10 +305,11 @@ def encode2(words, params, xmax, rcp, rsh, bias, cmpl, out, packed, states):
         else:
             x2, nw = _enc2(x2, s, xmax, rcp, rsh, bias, cmpl, out, nw)
     for i in range(body - 4, -1, -4):
-        s3 = _sym2(np.uint64(words[i + 3]), mag_mask, low_shift, zbase, mag_bits)
-        s2 = _sym2(np.uint64(words[i + 2]), mag_mask, low_shift, zbase, mag_bits)
-        s1 = _sym2(np.uint64(words[i + 1]), mag_mask, low_shift, zbase, mag_bits)
-        s0 = _sym2(np.uint64(words[i]), mag_mask, low_shift, zbase, mag_bits)
+        u = np.uint64(i)  # (unsigned indices: no wraparound test)
+        s3 = _sym2(np.uint64(words[u + np.uint64(3)]), mag_mask, low_shift, zbase, mag_bits)
+        s2 = _sym2(np.uint64(words[u + np.uint64(2)]), mag_mask, low_shift, zbase, mag_bits)
+        s1 = _sym2(np.uint64(words[u + np.uint64(1)]), mag_mask, low_shift, zbase, mag_bits)
+        s0 = _sym2(np.uint64(words[u]), mag_mask, low_shift, zbase, mag_bits)
         if xmax[s0] == 0 or xmax[s1] == 0 or xmax[s2] == 0 or xmax[s3] == 0:
             return -1, 0
         x3, nw = _enc2(x3, s3, xmax, rcp, rsh, bias, cmpl, out, nw)
@@ -328,7 +329,7 @@ def _dec2(x, tf, tb, th, mask, p, rw, pos):
     slot = x & mask
     x = np.uint64(tf[slot]) * (x >> p) + np.uint64(tb[slot])
     need = x < np.uint64(LOW2)  # branch-free: the word is read, kept only when needed
-    y = (x << np.uint64(16)) | np.uint64(rw[pos])
+    y = (x << np.uint64(16)) | np.uint64(rw[np.uint64(pos)])  # (unsigned: no wraparound test)
     return y if need else x, np.uint64(th[slot]), pos + np.int64(need)
 
 
@@ -337,8 +338,8 @@ def _word2(hw, t, bp, packed):
     """The word of table part ``hw`` with its mantissa bits from bit ``bp`` of ``packed``
     (two words read: only ``bp`` carries from word to word)."""
     wid = hw & np.uint64(31)
-    j = bp >> 5
-    v = (np.uint64(packed[j]) | (np.uint64(packed[j + 1]) << np.uint64(32))) >> \
+    j = np.uint64(bp) >> np.uint64(5)  # (unsigned: no wraparound test)
+    v = (np.uint64(packed[j]) | (np.uint64(packed[j + np.uint64(1)]) << np.uint64(32))) >> \
         np.uint64(bp & 31)
     return (hw ^ wid) | ((v & ((np.uint64(1) << wid) - np.uint64(1))) << t), bp + np.int64(wid)
 
@@ -371,14 +372,15 @@ def decode2(states, nw, rw, packed, tf, tb, th, params, out):
         x1, h1, pos = _dec2(x1, tf, tb, th, mask, p, rw, pos)
         x2, h2, pos = _dec2(x2, tf, tb, th, mask, p, rw, pos)
         x3, h3, pos = _dec2(x3, tf, tb, th, mask, p, rw, pos)
+        u = np.uint64(i)
         w, bp = _word2(h0, t, bp, packed)
-        out[i] = w
+        out[u] = w
         w, bp = _word2(h1, t, bp, packed)
-        out[i + 1] = w
+        out[u + np.uint64(1)] = w
         w, bp = _word2(h2, t, bp, packed)
-        out[i + 2] = w
+        out[u + np.uint64(2)] = w
         w, bp = _word2(h3, t, bp, packed)
-        out[i + 3] = w
+        out[u + np.uint64(3)] = w
     for i in range(body, n):
         lane = i & 3
         if lane == 0:
