@@ -22,7 +22,7 @@ the OR of every word); the counts at every smaller ``k`` are sums of adjacent bi
 ``k`` and precision 12 (14 when over 2**11 symbols are present) the size is estimated from
 the counts (frequencies by the largest-remainder rounding used for coding, payload bits,
 mantissa bits, table bytes, per-chunk framing); the smallest wins, unless the raw words are
-smaller (mode raw).
+smaller (mode raw; a layer under ``MIN_CODED`` entries is raw without a fit).
 
 **rANS**: four 32-bit states (entry ``i`` in lane ``i % 4``) in ``[2**15, 2**31)``, 16-bit
 renormalisation words in one shared stream (the decoder reads them in the order the encoder,
@@ -65,6 +65,9 @@ VERSION = 2
 MODE_RAW, MODE_RANS = 0, 1
 PRECISION_RANGE = range(10, 16)
 PER_CHUNK = 18  # bytes of a chunk's lane states and length varint
+MIN_CODED = 128  # entries below which a layer is stored raw without a fit (its table's
+# 8 + 3 per present symbol bytes exceed what coding saves: the fit chose raw on every such
+# layer of the benchmark dumps)
 _STATUS = {K.E_SHORT: "runs out before its end", K.E_STATE: "ends in the wrong coder state",
            K.E_LEFT: "has bytes left over"}
 
@@ -197,9 +200,9 @@ class FastTable:
 
     @property
     def slot_tables(self):
-        """Per slot of ``2**precision``: the owning symbol's frequency, the slot's offset in
-        its range, and its word without the low mantissa bits (their count in the low 5
-        bits; uint32 each)."""
+        """Per slot of ``2**precision`` (uint32 each): the owning symbol's frequency | the
+        slot's offset in its range << 16, and its word without the low mantissa bits (their
+        count in the low 5 bits)."""
         if self._tab is None:
             lay = self.layout
             s = np.arange(self.nsym, dtype=np.uint64)
@@ -208,7 +211,7 @@ class FastTable:
                           (s << np.uint64(low_shift)) | np.uint64(self.width))
             sym = np.repeat(np.arange(self.nsym), self.freqs.astype(np.int64))
             off = np.arange(1 << self.precision, dtype=np.uint32) - self.cum[sym]
-            self._tab = (self.freqs[sym], off, hw[sym].astype(np.uint32))
+            self._tab = (self.freqs[sym] | off << np.uint32(16), hw[sym].astype(np.uint32))
         return self._tab
 
     def encode(self, words, cols=None) -> bytes:
@@ -288,6 +291,8 @@ def fit_fast(words: np.ndarray, layout, cols=None) -> FastTable:
     docstring); ``cols`` unused (order 0)."""
     words = np.ascontiguousarray(words, dtype=layout.word_dtype)
     steps = words.shape[0] if words.ndim > 1 else 1
+    if words.size < MIN_CODED:  # a table costs more than coding can save
+        return FastTable(layout, MODE_RAW)
     E, M, mag = layout.exp_bits, layout.man_bits, layout.bits - 1
     top = mag - E - layout.max_k
     hist = np.zeros(1 << (1 + E + layout.max_k), dtype=np.int64)

@@ -1,6 +1,9 @@
-"""Numba kernels of the lossless float coder (:mod:`co3cli.coding.lossless`).
+"""Numba kernels of the lossless float coders: version 1 (:mod:`co3cli.coding.lossless`,
+neighbour contexts) and version 2 (:mod:`co3cli.coding.lossless_fast`, below the line
+"version 2": one counting pass, then one kernel call per layer that codes every step through
+four interleaved rANS lanes).
 
-Three passes, each one loop over a step's words (no Python per entry):
+Version 1: three passes, each one loop over a step's words (no Python per entry):
 
 * :func:`split` -- words -> symbols (sign, exponent field, top ``k`` mantissa bits; or one of
   the two zero symbols) and the packed remaining mantissa bits of the non-zero entries;
@@ -324,10 +327,11 @@ def encode2(words, params, xmax, rcp, rsh, bias, cmpl, out, packed, states):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _dec2(x, tf, tb, th, mask, p, rw, pos):
+def _dec2(x, tfb, th, mask, p, rw, pos):
     """One lane's step: (state, the symbol's word part, read position)."""
     slot = x & mask
-    x = np.uint64(tf[slot]) * (x >> p) + np.uint64(tb[slot])
+    e = np.uint64(tfb[slot])
+    x = (e & np.uint64(0xFFFF)) * (x >> p) + (e >> np.uint64(16))
     need = x < np.uint64(LOW2)  # branch-free: the word is read, kept only when needed
     y = (x << np.uint64(16)) | np.uint64(rw[np.uint64(pos)])  # (unsigned: no wraparound test)
     return y if need else x, np.uint64(th[slot]), pos + np.int64(need)
@@ -345,12 +349,12 @@ def _word2(hw, t, bp, packed):
 
 
 @njit(cache=True, nogil=True)
-def decode2(states, nw, rw, packed, tf, tb, th, params, out):
+def decode2(states, nw, rw, packed, tfb, th, params, out):
     """Decode ``out.size`` words: lanes from ``states``, renormalisation words ``rw[:nw]``
     (``rw`` zero-padded to ``out.size + 1`` words: a lane reads at most one per word),
     mantissa bits from ``packed`` (uint32, LSB first, zero-padded to hold ``out.size`` full
-    widths and one word more). Per slot: ``tf`` the frequency, ``tb`` the slot's offset in
-    its symbol's range, ``th`` the symbol's word without its low mantissa bits, their count
+    widths and one word more). Per slot: ``tfb`` the frequency | the slot's offset in its
+    symbol's range << 16, ``th`` the symbol's word without its low mantissa bits, their count
     in its low 5 bits. Returns (status, mantissa bits read)."""
     p = np.uint64(params[P_PREC])
     mask = (np.uint64(1) << p) - np.uint64(1)
@@ -368,10 +372,10 @@ def decode2(states, nw, rw, packed, tf, tb, th, params, out):
     bp = 0  # bit position in packed
     body = n - n % 4
     for i in range(0, body, 4):
-        x0, h0, pos = _dec2(x0, tf, tb, th, mask, p, rw, pos)
-        x1, h1, pos = _dec2(x1, tf, tb, th, mask, p, rw, pos)
-        x2, h2, pos = _dec2(x2, tf, tb, th, mask, p, rw, pos)
-        x3, h3, pos = _dec2(x3, tf, tb, th, mask, p, rw, pos)
+        x0, h0, pos = _dec2(x0, tfb, th, mask, p, rw, pos)
+        x1, h1, pos = _dec2(x1, tfb, th, mask, p, rw, pos)
+        x2, h2, pos = _dec2(x2, tfb, th, mask, p, rw, pos)
+        x3, h3, pos = _dec2(x3, tfb, th, mask, p, rw, pos)
         u = np.uint64(i)
         w, bp = _word2(h0, t, bp, packed)
         out[u] = w
@@ -384,11 +388,11 @@ def decode2(states, nw, rw, packed, tf, tb, th, params, out):
     for i in range(body, n):
         lane = i & 3
         if lane == 0:
-            x0, h, pos = _dec2(x0, tf, tb, th, mask, p, rw, pos)
+            x0, h, pos = _dec2(x0, tfb, th, mask, p, rw, pos)
         elif lane == 1:
-            x1, h, pos = _dec2(x1, tf, tb, th, mask, p, rw, pos)
+            x1, h, pos = _dec2(x1, tfb, th, mask, p, rw, pos)
         else:
-            x2, h, pos = _dec2(x2, tf, tb, th, mask, p, rw, pos)
+            x2, h, pos = _dec2(x2, tfb, th, mask, p, rw, pos)
         w, bp = _word2(h, t, bp, packed)
         out[i] = w
     if pos > nw:  # read into the padding
@@ -417,7 +421,7 @@ def encode_many(words, params, xmax, rcp, rsh, bias, cmpl, rw, packed, states, m
 
 
 @njit(cache=True, nogil=True)
-def decode_many(buf, offs, tf, tb, th, params, rw, packed, out, status):
+def decode_many(buf, offs, tfb, th, params, rw, packed, out, status):
     """:func:`decode2` of every chunk: chunk ``r``'s lane states at byte ``offs[r, 0]`` of
     ``buf`` (little-endian), its ``offs[r, 1]`` renormalisation words at ``offs[r, 2]``, its
     ``offs[r, 4]`` bytes of mantissa bits at ``offs[r, 3]``; each part is copied into the
@@ -439,7 +443,7 @@ def decode_many(buf, offs, tf, tb, th, params, rw, packed, out, status):
         tail = offs[r, 4]
         p8[:tail] = buf[offs[r, 3]:offs[r, 3] + tail]
         p8[tail:tail + 8] = 0
-        st, nbits = decode2(states, nw, rw, packed, tf, tb, th, params, out[r])
+        st, nbits = decode2(states, nw, rw, packed, tfb, th, params, out[r])
         if st == OK:
             if (nbits + 7) // 8 != tail:
                 st = E_LEFT
