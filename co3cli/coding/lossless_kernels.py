@@ -277,7 +277,29 @@ def encode2(words, params, xmax, rcp, rsh, bias, cmpl, out, packed, states):
     pos = 0
     nbits = 0
     if width:
-        for i in range(n):  # branch-free: a zero word adds 0 bits
+        first = 0
+        if width <= 8:  # four words' bits grouped (<= 32) before they join the accumulator
+            first = n - n % 4
+            for i in range(0, first, 4):
+                u = np.uint64(i)
+                w0 = np.uint64(words[u])
+                w1 = np.uint64(words[u + np.uint64(1)])
+                w2 = np.uint64(words[u + np.uint64(2)])
+                w3 = np.uint64(words[u + np.uint64(3)])
+                d0 = np.uint64(width) if (w0 & mag_mask) != 0 else np.uint64(0)
+                d1 = np.uint64(width) if (w1 & mag_mask) != 0 else np.uint64(0)
+                d2 = np.uint64(width) if (w2 & mag_mask) != 0 else np.uint64(0)
+                d3 = np.uint64(width) if (w3 & mag_mask) != 0 else np.uint64(0)
+                g = ((w0 >> t) & wmask) | (((w1 >> t) & wmask) << d0) | \
+                    (((w2 >> t) & wmask) << (d0 + d1)) | (((w3 >> t) & wmask) << (d0 + d1 + d2))
+                acc |= g << nacc
+                nacc += d0 + d1 + d2 + d3
+                packed[np.uint64(pos)] = np.uint32(acc & np.uint64(0xFFFFFFFF))
+                full = np.uint64(nacc >= np.uint64(32))
+                pos += np.int64(full)
+                acc >>= np.uint64(32) * full
+                nacc -= np.uint64(32) * full
+        for i in range(first, n):  # branch-free: a zero word adds 0 bits
             w = np.uint64(words[np.uint64(i)])
             wid = np.uint64(width) if (w & mag_mask) != 0 else np.uint64(0)
             acc |= ((w >> t) & wmask) << np.uint64(nacc)
@@ -371,20 +393,44 @@ def decode2(states, nw, rw, packed, tfb, th, params, out):
     pos = 0
     bp = 0  # bit position in packed
     body = n - n % 4
-    for i in range(0, body, 4):
-        x0, h0, pos = _dec2(x0, tfb, th, mask, p, rw, pos)
-        x1, h1, pos = _dec2(x1, tfb, th, mask, p, rw, pos)
-        x2, h2, pos = _dec2(x2, tfb, th, mask, p, rw, pos)
-        x3, h3, pos = _dec2(x3, tfb, th, mask, p, rw, pos)
-        u = np.uint64(i)
-        w, bp = _word2(h0, t, bp, packed)
-        out[u] = w
-        w, bp = _word2(h1, t, bp, packed)
-        out[u + np.uint64(1)] = w
-        w, bp = _word2(h2, t, bp, packed)
-        out[u + np.uint64(2)] = w
-        w, bp = _word2(h3, t, bp, packed)
-        out[u + np.uint64(3)] = w
+    if params[P_W] <= 8:  # four words' bits (<= 32) from one 64-bit window
+        for i in range(0, body, 4):
+            x0, h0, pos = _dec2(x0, tfb, th, mask, p, rw, pos)
+            x1, h1, pos = _dec2(x1, tfb, th, mask, p, rw, pos)
+            x2, h2, pos = _dec2(x2, tfb, th, mask, p, rw, pos)
+            x3, h3, pos = _dec2(x3, tfb, th, mask, p, rw, pos)
+            u = np.uint64(i)
+            j = np.uint64(bp) >> np.uint64(5)
+            v = (np.uint64(packed[j]) | (np.uint64(packed[j + np.uint64(1)]) << np.uint64(32))) \
+                >> np.uint64(bp & 31)
+            d0 = h0 & np.uint64(31)
+            d1 = h1 & np.uint64(31)
+            d2 = h2 & np.uint64(31)
+            d3 = h3 & np.uint64(31)
+            one = np.uint64(1)
+            out[u] = (h0 ^ d0) | ((v & ((one << d0) - one)) << t)
+            v >>= d0
+            out[u + one] = (h1 ^ d1) | ((v & ((one << d1) - one)) << t)
+            v >>= d1
+            out[u + np.uint64(2)] = (h2 ^ d2) | ((v & ((one << d2) - one)) << t)
+            v >>= d2
+            out[u + np.uint64(3)] = (h3 ^ d3) | ((v & ((one << d3) - one)) << t)
+            bp += np.int64(d0 + d1 + d2 + d3)
+    else:
+        for i in range(0, body, 4):
+            x0, h0, pos = _dec2(x0, tfb, th, mask, p, rw, pos)
+            x1, h1, pos = _dec2(x1, tfb, th, mask, p, rw, pos)
+            x2, h2, pos = _dec2(x2, tfb, th, mask, p, rw, pos)
+            x3, h3, pos = _dec2(x3, tfb, th, mask, p, rw, pos)
+            u = np.uint64(i)
+            w, bp = _word2(h0, t, bp, packed)
+            out[u] = w
+            w, bp = _word2(h1, t, bp, packed)
+            out[u + np.uint64(1)] = w
+            w, bp = _word2(h2, t, bp, packed)
+            out[u + np.uint64(2)] = w
+            w, bp = _word2(h3, t, bp, packed)
+            out[u + np.uint64(3)] = w
     for i in range(body, n):
         lane = i & 3
         if lane == 0:
