@@ -3,8 +3,9 @@
 ::
 
     dump.h5 --read_words (the stored bits: float32, bfloat16 as uint16, float16)--> words
-        --to the format's type (exact or refused)--> LosslessCoder.fit (by measurement) --> one table
-        per layer; one chunk per step --> grads.co3  (a .co3 1.0 file: layer blocks only)
+        --to the format's type (exact or refused)--> LosslessCoder.fit (by measurement)
+        --> one table per layer; one chunk per step --> grads.co3
+        (a .co3 1.0 file: layer blocks only)
     grads.co3 --the table's decode--> words --back to each layer's stored type--> dump.h5
 
 The container is unchanged: the header's ``format`` is the lossless format's config

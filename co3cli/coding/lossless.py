@@ -472,8 +472,9 @@ class LosslessCoder:
     def table_from_bytes(self, data: bytes, nsym=None):
         try:
             if data[:1] != bytes([self.version]):
-                raise CorruptDataError(f"lossless table: version {bytes(data[:1]).hex() or 'missing'}"
-                                       f" in a file of coder version {self.version}")
+                got = bytes(data[:1]).hex() or "missing"
+                raise CorruptDataError(f"lossless table: version {got} in a file of coder "
+                                       f"version {self.version}")
             if self.version == VERSION:
                 return LosslessTable.from_bytes(data, self.layout)
             from co3cli.coding.lossless_fast import FastTable
