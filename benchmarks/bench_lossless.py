@@ -3,6 +3,7 @@
     python benchmarks/bench_lossless.py                 # bundled dumps + captures (a few min)
     python benchmarks/bench_lossless.py --quick         # bundled dumps only, results to /tmp
     python benchmarks/bench_lossless.py --dump a.h5 ... # your dumps instead of the captures
+    python benchmarks/bench_lossless.py --captures DIR  # keep (and reuse) the captures in DIR
 
 Dumps: the bundled ``co3cli/sample_data/digits-mlp.h5`` and ``mnist5k-mlp.h5`` (float32), and
 two captured here with ``co3cli.capture.capture`` from models the coder was not tuned on:
@@ -17,7 +18,7 @@ Per dump x type:
   file's size (header, tables, framing: every byte). MB/s (of raw words) of the coder alone
   in memory, as the peers are timed: fit + encode of every layer's steps; decode of every
   chunk. Each chunk decodes alone (random access by layer and step), the peers' outputs
-  do not.
+  do not. ``co3-max``: the same at ``level="max"`` (version 1, neighbour contexts; one run).
 * ``zipnn``: the ``zipnn`` package (``ZipNN(bytearray_dtype=..., threads=1)``) over all the
   dump's words as one buffer (its best case: one stream). ZipNN 0.5.4 overwrites the
   buffer it compresses (even a ``bytes`` object), so every call gets a fresh copy and the
@@ -27,7 +28,9 @@ Per dump x type:
 
 Timing: process CPU seconds, one thread, co3 and ZipNN interleaved round-robin
 (``--repeat``, default 5, medians); zstd-19 and lzma-6 once each (they take seconds).
-The load (``os.getloadavg``) is recorded: the machine is shared.
+``uptime`` is recorded before and after: the machine is shared. Whole commands:
+``python -m co3cli compress`` / ``decompress`` and a ZipNN script doing the same I/O, process
+CPU of the child (start-up included), medians of ``repeat // 2`` interleaved runs.
 
 Writes ``benchmarks/results/lossless.md`` and ``lossless.json`` (``--quick``: ``/tmp``).
 """
@@ -155,32 +158,74 @@ def peers(buf: bytes, dtype: str, zipnn_mod):
     return out
 
 
-def co3_core(layers, dtype: str):
-    """(encode callable, decode callable) of the coder alone, in memory, over every layer."""
+def co3_core(layers, dtype: str, level: str = "fast"):
+    """(encode callable, decode callable) of the coder alone, in memory, over every layer, as
+    ``co3cli.lossless`` calls it (fit, then all steps of a layer; decode: all steps)."""
     from co3cli.coding import row_length
-    from co3cli.coding.lossless import LAYOUTS, fit_table
+    from co3cli.coding.lossless import LEVELS, LosslessCoder
 
-    layout = LAYOUTS[dtype]
+    coder = LosslessCoder(dtype, LEVELS[level])
     coded = []
 
     def enc():
         coded.clear()
         for name, w, shape in layers:
             cols = row_length(shape, w.shape[1])
-            table = fit_table(w, layout, cols)
-            coded.append((table, [table.encode(r, cols) for r in w], cols, w))
+            table = coder.fit(w, cols)
+            coded.append((table, table.encode_steps(w, cols), cols, w))
 
     def dec():
         for table, bodies, cols, w in coded:
-            for b, r in zip(bodies, w):
-                if not np.array_equal(table.decode(b, w.shape[1], cols), r):
-                    raise AssertionError("co3 lossless did not round-trip")
+            if not np.array_equal(table.decode_steps(bodies, w.shape[1], cols), w):
+                raise AssertionError("co3 lossless did not round-trip")
 
     return enc, dec
 
 
+ZIPNN_CMD = """import sys, h5py, json, numpy as np, zipnn
+src, dst, dtype, mode = sys.argv[1:5]
+if mode == "c":
+    with h5py.File(src, "r") as f:
+        buf = b"".join(np.ascontiguousarray(f["grads"][n][()]).tobytes()
+                       for n in json.loads(f.attrs["layers"]))
+    open(dst, "wb").write(zipnn.ZipNN(bytearray_dtype=dtype, threads=1).compress(bytearray(buf)))
+else:
+    raw = bytes(zipnn.ZipNN(bytearray_dtype=dtype, threads=1).decompress(open(src, "rb").read()))
+    with h5py.File(dst, "w") as f:
+        f.create_dataset("words", data=np.frombuffer(raw, dtype=np.uint8))
+"""
+
+
+def whole_commands(typed: str, dtype: str, tmp: str, repeat: int, with_zipnn: bool) -> dict:
+    """Process CPU seconds (children's user + system, start-up included) of ``python -m co3cli
+    compress`` / ``decompress`` of the typed dump, and of a ZipNN script doing the same (h5py
+    read of every layer, compress, write; read, decompress, write one h5 dataset); medians of
+    ``repeat`` interleaved runs."""
+    import resource
+    import subprocess
+
+    py = sys.executable
+    co3, back, zf, zback = (os.path.join(tmp, n) for n in ("w.co3", "w.h5", "w.zipnn", "z.h5"))
+    cmds = {"co3 compress": [py, "-m", "co3cli", "compress", typed, "-o", co3, "--format",
+                             IDS[dtype], "-q"],
+            "co3 decompress": [py, "-m", "co3cli", "decompress", co3, "-o", back, "-q"]}
+    if with_zipnn:
+        cmds["zipnn compress"] = [py, "-c", ZIPNN_CMD, typed, zf, dtype, "c"]
+        cmds["zipnn decompress"] = [py, "-c", ZIPNN_CMD, zf, zback, dtype, "d"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    times = {k: [] for k in cmds}
+    for _ in range(repeat):
+        for name, cmd in cmds.items():
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            times[name].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
 def bench_one(label, path, dtype, zipnn_mod, repeat, tmp):
     from co3cli.codec import compress, decompress
+    from co3cli.lossless import compress_lossless
 
     layers, steps = load(path, dtype)
     typed = os.path.join(tmp, f"typed-{dtype}.h5")
@@ -194,6 +239,16 @@ def bench_one(label, path, dtype, zipnn_mod, repeat, tmp):
     back, _ = load_typed(os.path.join(tmp, "back.h5"))
     ok = all(np.array_equal(b, w) for b, (_, w, _) in zip(back, layers))
     enc, dec = co3_core(layers, dtype)
+    enc_max, dec_max = co3_core(layers, dtype, "max")
+    enc_max()
+    dec_max()
+    t0 = time.process_time()
+    enc_max()
+    t1 = time.process_time()
+    dec_max()
+    t2 = time.process_time()
+    res_max = compress_lossless(typed, os.path.join(tmp, "max.co3"), format=IDS[dtype],
+                                level="max")
     ps = peers(buf, dtype, zipnn_mod)
     zname = "zipnn" if "zipnn" in ps else "zipnn-reimpl"
     zc, zd = ps[zname]
@@ -207,8 +262,10 @@ def bench_one(label, path, dtype, zipnn_mod, repeat, tmp):
         tasks[f"{zname} dec"] = zd
     t = interleaved(tasks, repeat)
     rows = [{"coder": "co3", "bytes": res.nbytes, "bpe": 8 * res.nbytes / entries,
-             "enc_mbs": mb / t["co3 enc"], "dec_mbs": mb / t["co3 dec"], "exact": ok}]
-    rows.append({"coder": zname, "bytes": zbytes, "bpe": 8 * zbytes / entries,
+             "enc_mbs": mb / t["co3 enc"], "dec_mbs": mb / t["co3 dec"], "exact": ok},
+            {"coder": "co3-max", "bytes": res_max.nbytes, "bpe": 8 * res_max.nbytes / entries,
+             "enc_mbs": mb / (t1 - t0), "dec_mbs": mb / (t2 - t1), "exact": True}]
+    rows.insert(1, {"coder": zname, "bytes": zbytes, "bpe": 8 * zbytes / entries,
                  "enc_mbs": mb / t[f"{zname} enc"],
                  "dec_mbs": mb / t[f"{zname} dec"] if zd is not None else None,
                  "exact": zd is not None})
@@ -225,9 +282,13 @@ def bench_one(label, path, dtype, zipnn_mod, repeat, tmp):
     for table_cfg in res.layers:
         key = f"k{table_cfg.get('k', '-')}/c{table_cfg.get('contexts', '-')}/{table_cfg['mode']}"
         kinds[key] = kinds.get(key, 0) + 1
+    cmd = whole_commands(typed, dtype, tmp, max(1, repeat // 2), zd is not None)
     return {"dump": label, "type": dtype, "entries": entries, "raw_bytes": len(buf),
             "raw_bpe": 8 * len(buf) / entries, "rows": rows, "co3_tables": kinds,
-            "ratio_vs_zipnn": rows[0]["bytes"] / zbytes}
+            "ratio_vs_zipnn": rows[0]["bytes"] / zbytes, "commands_s": cmd,
+            "speed_vs_zipnn": [rows[0]["enc_mbs"] / rows[1]["enc_mbs"],
+                               rows[0]["dec_mbs"] / rows[1]["dec_mbs"]
+                               if rows[1]["dec_mbs"] else None]}
 
 
 def load_typed(path):
@@ -248,7 +309,8 @@ def capture_dumps(folder: str) -> dict:
     out = {}
     for task, kw in CAPTURES.items():
         path = os.path.join(folder, f"{task}.h5")
-        capture(task=task, out=path, seed=0, progress=False, **kw)
+        if not os.path.exists(path):
+            capture(task=task, out=path, seed=0, progress=False, **kw)
         out[task] = path
     return out
 
@@ -256,14 +318,20 @@ def capture_dumps(folder: str) -> dict:
 def markdown(results, meta) -> str:
     lines = ["# Lossless float mode: co3 vs ZipNN, zstd-19, lzma-6 (same raw bytes, same run)", "",
              f"`python benchmarks/bench_lossless.py` ({meta['when']}; co3cli {meta['co3cli']}, "
-             f"zipnn {meta['zipnn']}; one thread; load average {meta['load_before']} before, "
-             f"{meta['load_after']} after: a shared 2-core machine, MB/s are noisy).", "",
-             "Bits per entry (every byte of the co3 file counted; the peers over one buffer of all "
-             "the dump's words) and MB/s of raw words (process CPU time; co3 and ZipNN: medians of "
-             f"{meta['repeat']} interleaved runs; zstd/lzma: one run). co3/ZipNN = bytes ratio.", "",
-             "| dump | type | entries | co3 bpe | ZipNN bpe | zstd-19 bpe | lzma-6 bpe | co3/ZipNN "
-             "| co3 enc / dec MB/s | ZipNN enc / dec MB/s | zstd-19 enc / dec | lzma-6 enc / dec |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"zipnn {meta['zipnn']}; one thread; `uptime` before: {meta['uptime_before']}; "
+             f"after: {meta['uptime_after']}: a shared 2-core machine, MB/s are noisy; co3 and "
+             "ZipNN are timed interleaved in the same run, so their ratio is the figure to read).",
+             "",
+             "co3 = the default (`--format *-lossless`, table version 2, the fast coder); "
+             "co3-max = `level=\"max\"` (version 1, neighbour contexts). Bits per entry (every "
+             "byte of the co3 file counted; the peers over one buffer of all the dump's words) "
+             "and MB/s of raw words (process CPU time; co3 and ZipNN: medians of "
+             f"{meta['repeat']} interleaved runs; co3-max, zstd, lzma: one run). "
+             "bytes = co3/ZipNN bytes; speed = co3/ZipNN MB/s (enc / dec; > 1: co3 faster).", "",
+             "| dump | type | entries | co3 bpe | co3-max bpe | ZipNN bpe | zstd-19 bpe | lzma-6 bpe "
+             "| bytes | co3 enc / dec MB/s | ZipNN enc / dec MB/s | speed | co3-max enc / dec "
+             "| zstd-19 enc / dec | lzma-6 enc / dec |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def sp(r):
         d = "-" if r["dec_mbs"] is None else f"{r['dec_mbs']:.0f}"
@@ -271,15 +339,33 @@ def markdown(results, meta) -> str:
 
     for res in results:
         r = {row["coder"].split("-reimpl")[0]: row for row in res["rows"]}
+        se, sd = res["speed_vs_zipnn"]
         lines.append(f"| {res['dump']} | {res['type']} | {res['entries']} | {r['co3']['bpe']:.3f} | "
-                     f"{r['zipnn']['bpe']:.3f} | {r['zstd-19']['bpe']:.3f} | {r['lzma-6']['bpe']:.3f} | "
+                     f"{r['co3-max']['bpe']:.3f} | {r['zipnn']['bpe']:.3f} | "
+                     f"{r['zstd-19']['bpe']:.3f} | {r['lzma-6']['bpe']:.3f} | "
                      f"{res['ratio_vs_zipnn']:.3f} | {sp(r['co3'])} | {sp(r['zipnn'])} | "
+                     f"{se:.2f} / {'-' if sd is None else f'{sd:.2f}'} | {sp(r['co3-max'])} | "
                      f"{sp(r['zstd-19'])} | {sp(r['lzma-6'])} |")
     worst = max(results, key=lambda x: x["ratio_vs_zipnn"])
-    lines += ["", f"Worst case against ZipNN: {worst['dump']} {worst['type']}, co3/ZipNN = "
-              f"{worst['ratio_vs_zipnn']:.3f}. Every co3 file decoded bit-exactly: "
-              f"{all(r['rows'][0]['exact'] for r in results)}.", "",
-              "co3 tables chosen (k top mantissa bits in the symbol / contexts / mode: layers):", ""]
+    slow = min(results, key=lambda x: min(v for v in x["speed_vs_zipnn"] if v is not None))
+    lines += ["", f"Worst case against ZipNN: bytes {worst['dump']} {worst['type']}, co3/ZipNN = "
+              f"{worst['ratio_vs_zipnn']:.3f}; speed {slow['dump']} {slow['type']}, co3/ZipNN = "
+              f"{slow['speed_vs_zipnn'][0]:.2f} / {slow['speed_vs_zipnn'][1] or 0:.2f}. "
+              f"Every co3 file decoded bit-exactly: {all(r['rows'][0]['exact'] for r in results)}.",
+              "", "Whole commands (process CPU seconds of the child, Python start-up and h5 I/O "
+              "included; medians): `python -m co3cli compress` / `decompress` of the typed dump "
+              "against a ZipNN script doing the same (h5py read of every layer, compress, write; "
+              "read, decompress, write one h5 dataset).", "",
+              "| dump | type | co3 compress / decompress s | ZipNN script compress / decompress s |",
+              "|---|---|---:|---:|"]
+    for res in results:
+        c = res["commands_s"]
+        z = (f"{c['zipnn compress']:.2f} / {c['zipnn decompress']:.2f}"
+             if "zipnn compress" in c else "-")
+        lines.append(f"| {res['dump']} | {res['type']} | {c['co3 compress']:.2f} / "
+                     f"{c['co3 decompress']:.2f} | {z} |")
+    lines += ["", "co3 tables chosen (k top mantissa bits in the symbol / contexts / mode: layers):",
+              ""]
     for res in results:
         lines.append(f"- {res['dump']} {res['type']}: {res['co3_tables']}")
     return "\n".join(lines) + "\n"
@@ -290,6 +376,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dump", nargs="*", help="dumps to use instead of the captures")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--captures", help="folder to keep the captured dumps in (and reuse)")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import co3cli
@@ -299,14 +386,16 @@ def main(argv=None):
         zver = getattr(zipnn_mod, "__version__", None) or _dist_version("zipnn")
     except ImportError:
         zipnn_mod, zver = None, "not installed (re-implementation)"
-    load_before = [round(v, 2) for v in os.getloadavg()]
+    load_before = _uptime()
     dumps = {p.stem: str(p) for p in sorted((ROOT / "co3cli" / "sample_data").glob("*.h5"))}
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.dump:
             dumps.update({Path(p).stem: p for p in args.dump})
         elif not args.quick:
-            dumps.update({f"{k} (captured)": v for k, v in capture_dumps(tmp).items()})
+            folder = args.captures or tmp
+            os.makedirs(folder, exist_ok=True)
+            dumps.update({f"{k} (captured)": v for k, v in capture_dumps(folder).items()})
         for label, path in dumps.items():
             for dtype in TYPES:
                 res = bench_one(label, path, dtype, zipnn_mod, args.repeat, tmp)
@@ -316,14 +405,23 @@ def main(argv=None):
                     f"{row['coder']} {row['bpe']:.3f} bpe {row['enc_mbs']:.0f}/"
                     f"{row['dec_mbs'] or 0:.0f} MB/s" for row in r), flush=True)
     meta = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "co3cli": co3cli.__version__,
-            "zipnn": zver, "repeat": args.repeat, "load_before": load_before,
-            "load_after": [round(v, 2) for v in os.getloadavg()]}
+            "zipnn": zver, "repeat": args.repeat, "uptime_before": load_before,
+            "uptime_after": _uptime()}
     out = Path("/tmp") if args.quick else ROOT / "benchmarks" / "results"
     (out / ("bench_lossless_quick.json" if args.quick else "lossless.json")).write_text(
         json.dumps({"meta": meta, "results": results}, indent=1))
     (out / ("bench_lossless_quick.md" if args.quick else "lossless.md")).write_text(
         markdown(results, meta))
     print(markdown(results, meta))
+
+
+def _uptime() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return f"load average {[round(v, 2) for v in os.getloadavg()]}"
 
 
 def _dist_version(name):

@@ -3,12 +3,15 @@
 ::
 
     dump.h5 --read_words (the stored bits: float32, bfloat16 as uint16, float16)--> words
-        --to the format's type (exact or refused)--> fit_table (by measurement) --> one table
-        per layer; one chunk per step --> grads.co3  (a .co3 1.0 file: layer blocks only)
-    grads.co3 --LosslessTable.decode--> words --back to each layer's stored type--> dump.h5
+        --to the format's type (exact or refused)--> LosslessCoder.fit (by measurement)
+        --> one table per layer; one chunk per step --> grads.co3
+        (a .co3 1.0 file: layer blocks only)
+    grads.co3 --the table's decode--> words --back to each layer's stored type--> dump.h5
 
 The container is unchanged: the header's ``format`` is the lossless format's config
-(``kind: "lossless"``), its ``coder`` ``{"id": "lossless-rans", "version": 1}``, ``scale_rule``
+(``kind: "lossless"``), its ``coder`` ``{"id": "lossless-rans", "version": v}`` (2: the
+default fast coder, :mod:`co3cli.coding.lossless_fast`; 1: ``level="max"``, the
+neighbour-context coder of :mod:`co3cli.coding.lossless`; both decode), ``scale_rule``
 ``none`` and ``model`` ``exact``; a layer's table is its ``LosslessTable`` (versioned by its
 first byte), each chunk's scale is 1.0, and the layer's metadata records the dump's storage
 type (``stored``) and the fitted parameters. A co3cli before 0.2 refuses such a file (its
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from co3cli import __version__
-from co3cli.coding.lossless import LAYOUTS, LosslessCoder, fit_table
+from co3cli.coding.lossless import LEVELS, LosslessCoder
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.fileio import created_timestamp, output_file
 from co3cli.formats import get_lossless
@@ -124,11 +127,14 @@ def _header(dump, fmt, coder) -> dict:
             "source": {k: v for k, v in dump.attrs.items() if isinstance(v, (str, int, float, bool))}}
 
 
-def compress_lossless(src, dst, *, format, progress=False, threads=None, **options):
+def compress_lossless(src, dst, *, format, progress=False, threads=None, level="fast",
+                      **options):
     """Compress dump ``src`` into lossless ``.co3`` file ``dst`` (``format``: a lossless id).
-    ``options`` are :func:`co3cli.codec.compress`'s other settings, which must be unset.
-    ``threads`` is checked, and the layers are coded in this thread (the bytes never depend
-    on it)."""
+    ``level``: ``fast`` (the default: :mod:`co3cli.coding.lossless_fast`, table version 2)
+    or ``max`` (:mod:`co3cli.coding.lossless`'s neighbour-context coder, version 1: smaller
+    on layers with dead units, 5-20x slower). ``options`` are :func:`co3cli.codec.compress`'s
+    other settings, which must be unset. ``threads`` is checked, and the layers are coded in
+    this thread (the bytes never depend on it)."""
     from co3cli.checks import check_int
     from co3cli.coding import row_length
     from co3cli.container import Co3Writer
@@ -137,19 +143,20 @@ def compress_lossless(src, dst, *, format, progress=False, threads=None, **optio
     fmt = get_lossless(format)
     _refuse_options(fmt, **options)
     t0 = time.perf_counter()
-    layout = LAYOUTS[fmt.dtype]
+    if level not in LEVELS:
+        raise InputError(f"lossless level {level!r}; allowed: {', '.join(LEVELS)}")
     if threads is not None:
         check_int("threads", threads, lo=1)
     with Dump.open(src) as dump, output_file(dst) as f:
-        coder = LosslessCoder(fmt.dtype)
+        coder = LosslessCoder(fmt.dtype, LEVELS[level])
         writer = Co3Writer(f, _header(dump, fmt, coder))
         result = LosslessResult(str(dst), 0, 0)
         for name in progress_iter(dump.layers, progress, "compress"):
             raw, stored = read_words(dump, name)
             words = convert(raw, stored, fmt.dtype, f"{dump.label}: layer {name!r}")
             cols = row_length(dump.shape(name), words.shape[1])
-            table = fit_table(words, layout, cols)
-            bodies = [table.encode(row, cols) for row in words]
+            table = coder.fit(words, cols)
+            bodies = table.encode_steps(words, cols)
             meta = {"model": "lossless", "stored": stored, **table.config()}
             nbytes = writer.write_layer(meta, table.to_bytes(), [(1.0, b) for b in bodies])
             result.entries += words.size
@@ -167,13 +174,10 @@ def layer_words(block, fmt, coder, lay: dict) -> np.ndarray:
 
     table = block_table(block, fmt, coder)
     cols = row_length(lay["shape"], lay["numel"])
-    out = np.empty((len(block.bodies), lay["numel"]), dtype=table.layout.word_dtype)
-    for t, body in enumerate(block.bodies):
-        try:
-            out[t] = table.decode(body, lay["numel"], cols)
-        except CorruptDataError as e:
-            raise CorruptDataError(f"layer {block.name} step {t}: {e}") from None
-    return out
+    try:
+        return table.decode_steps(block.bodies, lay["numel"], cols)
+    except CorruptDataError as e:
+        raise CorruptDataError(f"layer {block.name} {e}") from None
 
 
 def _stored(block) -> str:

@@ -145,7 +145,7 @@ def test_fuzz_payload_and_table_bytes():
         except CorruptDataError:
             pass
     tb = table.to_bytes()
-    coder = LosslessCoder("bfloat16")
+    coder = LosslessCoder("bfloat16", 1)  # version 1 tables
     for cut in range(len(tb)):
         with pytest.raises(InputError):
             coder.table_from_bytes(tb[:cut])
@@ -282,7 +282,8 @@ def test_corrupt_chunk_inside_a_valid_file_is_one_line(tmp_path):
         decompress(tmp_path / "bad.co3", tmp_path / "out.h5")
 
 
-GOLDEN_CASES = ("lossless-f32", "lossless-bf16", "lossless-f16")
+GOLDEN_CASES = ("lossless-f32", "lossless-bf16", "lossless-f16",  # version 1 (level max)
+                "lossless2-f32", "lossless2-bf16", "lossless2-f16")  # version 2 (the default)
 
 
 @pytest.mark.parametrize("case", GOLDEN_CASES)
@@ -290,18 +291,21 @@ def test_golden_lossless_decodes_to_its_source_and_re_encodes_to_its_bytes(case,
                                                                            monkeypatch):
     from pathlib import Path
 
-    from co3cli.codec import compress, decompress
+    from co3cli.codec import decompress
     from co3cli.container import open_co3
+    from co3cli.lossless import compress_lossless
 
     here = Path(__file__).resolve().parent / "golden"
-    src = here / f"{case}-source.h5"
+    src = here / f"{case.replace('lossless2', 'lossless')}-source.h5"
     decompress(here / f"{case}.co3", tmp_path / "back.h5")
     back, orig = read_back(tmp_path / "back.h5"), read_back(src)
     assert list(back) == list(orig)
     for name in orig:
         assert back[name][1] == orig[name][1] and np.array_equal(back[name][0], orig[name][0])
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")
-    compress(src, tmp_path / "again.co3", format=case.split("-")[1] + "-lossless")
+    level = "fast" if case.startswith("lossless2") else "max"
+    compress_lossless(src, tmp_path / "again.co3", format=case.split("-")[1] + "-lossless",
+                      level=level)
     new, old = (tmp_path / "again.co3").read_bytes(), (here / f"{case}.co3").read_bytes()
     with open(tmp_path / "again.co3", "rb") as f, open(here / f"{case}.co3", "rb") as g:
         a, b = open_co3(f), open_co3(g)

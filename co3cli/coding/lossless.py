@@ -1,4 +1,6 @@
-"""Lossless float coding: float32 / bfloat16 / float16 words back bit for bit.
+"""Lossless float coding: float32 / bfloat16 / float16 words back bit for bit (table
+version 1: the neighbour-context coder, ``level="max"``; the default fast coder, version 2,
+is :mod:`co3cli.coding.lossless_fast`, over the same symbols).
 
 A word is ``sign | exponent field (E bits) | mantissa (M bits)``: float32 (E=8, M=23),
 bfloat16 (8, 7), float16 (5, 10). Data flow, per layer (all steps) and per step::
@@ -226,6 +228,20 @@ class LosslessTable:
                                   out[:nw][::-1]]).astype("<u4").tobytes()
         return uvarints_to_bytes([len(payload)]) + payload + packed.tobytes()
 
+    def encode_steps(self, words, cols=None) -> list[bytes]:
+        """Every step (row) of ``words`` -> its chunk body."""
+        return [self.encode(row, cols) for row in words]
+
+    def decode_steps(self, bodies, n: int, cols=None) -> np.ndarray:
+        """Chunk bodies -> (steps, n) words (CorruptDataError naming the step)."""
+        out = np.empty((len(bodies), n), dtype=self.layout.word_dtype)
+        for t, body in enumerate(bodies):
+            try:
+                out[t] = self.decode(body, n, cols)
+            except CorruptDataError as e:
+                raise CorruptDataError(f"step {t}: {e}") from None
+        return out
+
     def code_bits(self, counts: np.ndarray) -> float:
         """Exact bits of the payload that codes (contexts, nsym) ``counts`` with this table."""
         used = counts > 0
@@ -427,23 +443,43 @@ def fit_table(words: np.ndarray, layout: FloatLayout, cols: int | None = None) -
 
 
 CODER_ID = "lossless-rans"
+LEVELS = {"fast": 2, "max": VERSION}  # level -> table version (co3cli.coding.lossless_fast: 2)
 
 
 class LosslessCoder:
     """The coder of a lossless ``.co3`` file (header ``coder``: ``{"id": "lossless-rans",
-    "version": 1}``): parses its layers' tables."""
+    "version": v}``): parses its layers' tables, which must be of version ``v`` (1: this
+    module's context coder, ``level="max"``; 2: :mod:`co3cli.coding.lossless_fast`, the
+    default ``level="fast"``)."""
 
     id = CODER_ID
 
-    def __init__(self, dtype: str):
+    def __init__(self, dtype: str, version: int = LEVELS["fast"]):
         self.layout = LAYOUTS[dtype]
+        self.version = version
 
     def config(self) -> dict:
-        return {"id": CODER_ID, "version": VERSION}
+        return {"id": CODER_ID, "version": self.version}
 
-    def table_from_bytes(self, data: bytes, nsym=None) -> LosslessTable:
+    def fit(self, words: np.ndarray, cols: int | None = None):
+        """The table this coder writes for a layer's (steps, numel) words."""
+        if self.version == VERSION:
+            return fit_table(words, self.layout, cols)
+        from co3cli.coding.lossless_fast import fit_fast
+
+        return fit_fast(words, self.layout, cols)
+
+    def table_from_bytes(self, data: bytes, nsym=None):
         try:
-            return LosslessTable.from_bytes(data, self.layout)
+            if data[:1] != bytes([self.version]):
+                got = bytes(data[:1]).hex() or "missing"
+                raise CorruptDataError(f"lossless table: version {got} in a file of coder "
+                                       f"version {self.version}")
+            if self.version == VERSION:
+                return LosslessTable.from_bytes(data, self.layout)
+            from co3cli.coding.lossless_fast import FastTable
+
+            return FastTable.from_bytes(data, self.layout)
         except CorruptDataError as e:  # the container names the layer
             raise InputError(str(e)) from None
 
@@ -453,8 +489,10 @@ def lossless_setup(header: dict):
     from co3cli.formats import get_lossless
 
     fmt = get_lossless(header["format"].get("id"))
-    if fmt is None or fmt.config() != header["format"] or header["coder"] != \
-            {"id": CODER_ID, "version": VERSION}:
+    coder = header["coder"]
+    if fmt is None or fmt.config() != header["format"] or not isinstance(coder, dict) or \
+            coder.get("id") != CODER_ID or coder.get("version") not in LEVELS.values() or \
+            set(coder) != {"id", "version"}:
         raise CorruptDataError(f"header's lossless format {header['format']} / coder "
                                f"{header['coder']} is not one this co3cli reads")
-    return fmt, LosslessCoder(fmt.dtype)
+    return fmt, LosslessCoder(fmt.dtype, coder["version"])

@@ -4,7 +4,9 @@
 
 Each case is a small seeded dump ``<case>-source.h5`` (layers in the stored types the format
 takes, with NaN payloads, signalling NaNs, -0.0, Inf and subnormals in them) and its
-``co3 compress --format <fmt>`` output ``<case>.co3``. ``tests/test_lossless.py`` checks that
+``co3 compress --format <fmt>`` output ``<case>.co3``: ``lossless-*`` at ``level="max"``
+(table version 1, the files of co3cli 0.1), ``lossless2-*`` the default fast coder (version 2)
+over the same sources. ``tests/test_lossless.py`` checks that
 this version decodes every ``.co3`` back to its source's bits and compresses each source to
 the same blocks (and the same bytes, made by the same co3cli version). A change of the lossless
 bitstream must bump the table's version byte and keep those files decoding.
@@ -65,12 +67,16 @@ def main():
         "lossless-f16": {"fc.weight": (words(rng, "float16", 3, 600), "float16", (20, 30)),
                          "fc.bias": (words(rng, "float16", 3, 20), "float16", (20,))},
     }
+    from co3cli.lossless import compress_lossless
+
     for case, layers in cases.items():
         src = HERE / f"{case}-source.h5"
         write(src, layers, 3)
         fmt = case.split("-")[1] + "-lossless"
+        compress_lossless(src, HERE / f"{case}.co3", format=fmt, level="max")
         subprocess.run([sys.executable, "-m", "co3cli", "compress", str(src), "-o",
-                        str(HERE / f"{case}.co3"), "--format", fmt, "-q"], check=True)
+                        str(HERE / f"{case.replace('lossless', 'lossless2')}.co3"), "--format",
+                        fmt, "-q"], check=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,241 @@
+"""The fast lossless coder (table version 2, the default of ``--format *-lossless``).
+
+Round trips at every k, raw, every step length modulo the 4 lanes, the awkward words (NaN
+payloads, -0.0, Inf, subnormals), float32 values that came from bfloat16 (trailing bits);
+the reciprocal encoder against exact division for every frequency; exact consumption (every
+truncation and extension refused), a fuzz over payload and table bytes, out-of-range tables,
+the coder version in the header against the tables, and level ``max`` still writing version 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from co3cli.coding import lossless_kernels as K
+from co3cli.coding.lossless import LAYOUTS, LosslessCoder
+from co3cli.coding.lossless_fast import MODE_RANS, MODE_RAW, FastTable, fit_fast, normalize
+from co3cli.errors import CorruptDataError, InputError
+from test_lossless import SPECIAL, gradient_words, read_back, write_source
+
+
+def _table_at(words, layout, k):
+    """A version-2 table at ``k`` for ``words`` (any k, not only the fit's choice)."""
+    E, M = layout.exp_bits, layout.man_bits
+    flat = words.ravel().astype(np.uint64)
+    mag = flat & np.uint64((1 << (layout.bits - 1)) - 1)
+    sym = np.where(mag == 0, (1 << (1 + E + k)) + (flat >> np.uint64(layout.bits - 1)),
+                   flat >> np.uint64(M - k)).astype(np.int64)
+    counts = np.bincount(sym, minlength=(1 << (1 + E + k)) + 2)
+    return FastTable(layout, MODE_RANS, k, 0, 12, normalize(counts, 12))
+
+
+@pytest.mark.parametrize("dtype", sorted(LAYOUTS))
+def test_every_k_and_raw_round_trip_bit_exactly(dtype):
+    layout = LAYOUTS[dtype]
+    words = gradient_words(dtype, 3, 1203)
+    before = words.copy()
+    tables = [_table_at(words, layout, k) for k in range(layout.max_k + 1)]
+    tables += [fit_fast(words, layout), FastTable(layout, MODE_RAW)]
+    for table in tables:
+        table = FastTable.from_bytes(table.to_bytes(), layout)  # what a reader gets
+        bodies = table.encode_steps(words)
+        assert np.array_equal(table.decode_steps(bodies, words.shape[1]), words)
+        for row, body in zip(words, bodies):
+            assert table.encode(row) == body
+            back = table.decode(body, row.size)
+            assert back.dtype == layout.word_dtype and np.array_equal(back, row)
+    assert np.array_equal(words, before)  # the encoder never writes into its input
+
+
+@pytest.mark.parametrize("dtype", sorted(LAYOUTS))
+def test_every_length_modulo_the_lanes_and_special_words(dtype):
+    layout = LAYOUTS[dtype]
+    for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 33):
+        words = gradient_words(dtype, 2, n, seed=n)
+        table = fit_fast(words, layout)
+        assert np.array_equal(table.decode_steps(table.encode_steps(words), n), words)
+        table = _table_at(words, layout, 0)
+        assert np.array_equal(table.decode_steps(table.encode_steps(words), n), words)
+    sp = np.array(SPECIAL[dtype] * 5, dtype=layout.word_dtype)[None, :]
+    table = _table_at(sp, layout, layout.max_k)
+    assert np.array_equal(table.decode(table.encode(sp[0]), sp.size), sp[0])
+    zeros = np.zeros((2, 200), dtype=layout.word_dtype)
+    zeros[1, ::3] = 1 << (layout.bits - 1)  # -0.0
+    table = fit_fast(zeros, layout)
+    body = table.encode(zeros[1])
+    assert table.mode == MODE_RANS and len(body) < 60 and \
+        np.array_equal(table.decode(body, 200), zeros[1])
+
+
+def test_float32_from_bfloat16_stores_no_trailing_bits():
+    layout = LAYOUTS["float32"]
+    words = gradient_words("float32", 2, 4000) & np.uint32(0xFFFF0000)
+    table = fit_fast(words, layout)
+    assert table.t >= 16
+    body = table.encode(words[0])
+    assert len(body) < 4000 * 2 and np.array_equal(table.decode(body, 4000), words[0])
+
+
+def test_tiny_layers_are_stored_raw():
+    from co3cli.coding.lossless_fast import MIN_CODED
+
+    layout = LAYOUTS["bfloat16"]
+    assert fit_fast(gradient_words("bfloat16", 2, 3), layout).mode == MODE_RAW
+    assert fit_fast(gradient_words("bfloat16", 1, MIN_CODED - 1), layout).mode == MODE_RAW
+    assert fit_fast(gradient_words("bfloat16", 1, 4 * MIN_CODED), layout).mode == MODE_RANS
+
+
+@pytest.mark.parametrize("precision", [10, 12, 15])
+def test_reciprocal_encoder_divides_exactly_for_every_frequency(precision):
+    M = 1 << precision
+    freqs = np.arange(1, M + 1, dtype=np.uint32)  # every frequency (not a table: only per f)
+    cum = np.zeros_like(freqs)
+    tabs = [np.empty(M, dtype=np.uint64) for _ in range(5)]
+    K.enc_tables2(freqs, cum, precision, *tabs)
+    xmax, rcp, rsh, bias, cmpl = tabs
+    f = freqs.astype(np.uint64)
+    cum = np.uint64(7) * (f < M)  # any start a symbol of that frequency can have
+    rng = np.random.default_rng(0)
+    low = np.uint64(K.LOW2)
+    for x in (np.full(M, low), xmax - np.uint64(1), (xmax >> np.uint64(16)) << np.uint64(16) - 1,
+              low + (rng.random(M) * (xmax - low).astype(np.float64)).astype(np.uint64)):
+        x = np.maximum(np.minimum(x, xmax - np.uint64(1)), low)  # the encoder's states
+        q = ((x * rcp) >> np.uint64(32)) >> rsh
+        got = x + bias + cum + q * cmpl  # the encoder's update (tables built at start 0)
+        assert np.array_equal(got, (x // f) * np.uint64(M) + x % f + cum)
+
+
+def _body(n=300):
+    layout = LAYOUTS["bfloat16"]
+    words = gradient_words("bfloat16", 1, n, seed=3)
+    table = fit_fast(words, layout)
+    assert table.mode == MODE_RANS
+    return table, table.encode(words[0]), words[0]
+
+
+def test_exact_consumption_every_truncation_and_extension():
+    table, body, row = _body()
+    for cut in range(len(body)):
+        with pytest.raises(CorruptDataError):
+            table.decode(body[:cut], row.size)
+    for extra in (b"\0", b"\1", b"\0\0\0\0"):
+        with pytest.raises(CorruptDataError):
+            table.decode(body + extra, row.size)
+    for n in (row.size - 1, row.size + 1):
+        with pytest.raises(CorruptDataError):
+            table.decode(body, n)
+    with pytest.raises(CorruptDataError, match="step 1"):
+        table.decode_steps([body, body[:-1]], row.size)
+    raw = FastTable(table.layout, MODE_RAW)
+    with pytest.raises(CorruptDataError):
+        raw.decode(raw.encode(row)[:-1], row.size)
+
+
+def test_fuzz_payload_and_table_bytes():
+    """Flipped bytes and random bodies: a CorruptDataError or (by chance) some words, never
+    another exception; flips in the rANS part are caught (its state check)."""
+    rng = np.random.default_rng(7)
+    table, body, row = _body()
+    caught = 0
+    for _ in range(300):
+        b = bytearray(body)
+        i = int(rng.integers(len(b)))
+        b[i] ^= int(rng.integers(1, 256))
+        try:
+            out = table.decode(bytes(b), row.size)
+            assert out.shape == row.shape
+        except CorruptDataError:
+            caught += 1
+    assert caught > 0
+    for _ in range(300):
+        junk = rng.integers(0, 256, int(rng.integers(0, 80)), dtype=np.uint8).tobytes()
+        try:
+            table.decode(junk, row.size)
+        except CorruptDataError:
+            pass
+    tb = table.to_bytes()
+    coder = LosslessCoder("bfloat16")
+    for cut in range(len(tb)):
+        with pytest.raises(InputError):
+            coder.table_from_bytes(tb[:cut])
+    for _ in range(300):
+        b = bytearray(tb)
+        b[int(rng.integers(len(b)))] ^= int(rng.integers(1, 256))
+        try:
+            t = coder.table_from_bytes(bytes(b))
+        except InputError:
+            continue
+        try:  # a table that parses decodes or refuses, never crashes
+            t.decode(body, row.size)
+        except CorruptDataError:
+            pass
+
+
+def test_table_values_out_of_range_are_refused():
+    from co3cli.varint import uvarints_to_bytes
+
+    layout = LAYOUTS["bfloat16"]
+    head = bytes([2, 1, 1, 0, 0, 12])  # version 2, bfloat16, rANS, k=0, t=0, 2**12
+    ok = FastTable.from_bytes(head + uvarints_to_bytes([1, 5, 4095]), layout)
+    assert ok.freqs[5] == 4096 and ok.freqs.sum() == 4096
+    for gap, f in ((2**63, 4095), (0, 2**62), (2000, 4095), (5, 4094)):
+        with pytest.raises(CorruptDataError):
+            FastTable.from_bytes(head + uvarints_to_bytes([1, gap, f]), layout)
+    for bad_head in (bytes([2, 1, 1, 3, 0, 12]), bytes([2, 1, 1, 0, 8, 12]),
+                     bytes([2, 1, 1, 0, 0, 16]), bytes([2, 1, 1, 0, 0, 9]), bytes([2, 1, 2]),
+                     bytes([2, 0, 1, 0, 0, 12]), bytes([2, 1, 0, 0])):
+        with pytest.raises(CorruptDataError):
+            FastTable.from_bytes(bad_head + uvarints_to_bytes([1, 5, 4095]), layout)
+    with pytest.raises(CorruptDataError):  # more symbols than the alphabet
+        FastTable.from_bytes(head + uvarints_to_bytes([2**40]), layout)
+    with pytest.raises(InputError, match="version"):  # a version-1 table in a version-2 file
+        LosslessCoder("bfloat16").table_from_bytes(bytes([1, 1, 0]))
+    with pytest.raises(InputError, match="version"):
+        LosslessCoder("bfloat16", 1).table_from_bytes(bytes([2, 1, 0]))
+
+
+def test_default_writes_version_2_and_level_max_version_1(tmp_path):
+    from co3cli.codec import compress, decompress
+    from co3cli.container import open_co3
+    from co3cli.lossless import compress_lossless
+
+    layers = {"w": (gradient_words("bfloat16", 2, 900), "bfloat16", (30, 30)),
+              "v": (gradient_words("float32", 2, 300, 1), "float32", (300,))}
+    write_source(tmp_path / "src.h5", layers, 2)
+    compress(tmp_path / "src.h5", tmp_path / "fast.co3", format="f32-lossless")
+    compress_lossless(tmp_path / "src.h5", tmp_path / "max.co3", format="f32-lossless",
+                      level="max")
+    for name, version in (("fast", 2), ("max", 1)):
+        with open(tmp_path / f"{name}.co3", "rb") as f:
+            co3 = open_co3(f)
+            assert co3.header["coder"] == {"id": "lossless-rans", "version": version}
+            assert all(b.table[0] == version for b in co3.layers())
+        decompress(tmp_path / f"{name}.co3", tmp_path / f"{name}.h5")
+        back = read_back(tmp_path / f"{name}.h5")
+        for n, (w, stored, _) in layers.items():
+            assert back[n][1] == stored and np.array_equal(back[n][0], w)
+    with pytest.raises(InputError, match="level"):
+        compress_lossless(tmp_path / "src.h5", tmp_path / "x.co3", format="f32-lossless",
+                          level="fastest")
+
+
+def test_header_coder_version_must_match_its_tables(tmp_path):
+    from co3cli.codec import compress, decompress
+    from co3cli.container import Co3Writer, open_co3
+
+    write_source(tmp_path / "src.h5", {"w": (gradient_words("bfloat16", 2, 900), "bfloat16",
+                                              (30, 30))}, 2)
+    compress(tmp_path / "src.h5", tmp_path / "g.co3", format="bf16-lossless")
+    with open(tmp_path / "g.co3", "rb") as f:
+        co3 = open_co3(f)
+        block = co3.read_layer(0)
+        header = co3.header
+    for coder in ({"id": "lossless-rans", "version": 1}, {"id": "lossless-rans", "version": 3},
+                  {"id": "lossless-rans", "version": 2, "x": 1}):
+        with open(tmp_path / "bad.co3", "wb") as f:
+            w = Co3Writer(f, {**header, "coder": coder})
+            w.write_layer(block.meta, block.table, [(1.0, b) for b in block.bodies])
+            w.close()
+        with pytest.raises(CorruptDataError):
+            decompress(tmp_path / "bad.co3", tmp_path / "out.h5")
