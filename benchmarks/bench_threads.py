@@ -82,7 +82,7 @@ class Ceiling:
     threaded code could show in the same moment."""
 
     def __init__(self, threads: int):
-        from co3cli.codec import Workers
+        from co3cli.workers import Workers
         from co3cli.coding.ans import AnsTable
 
         rng = np.random.default_rng(1)

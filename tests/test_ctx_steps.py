@@ -72,7 +72,7 @@ def test_context_across_steps_pays_on_persistent_steps(rng):
 
 
 def test_threads_do_not_change_the_bytes(rng):
-    from co3cli.codec import Workers
+    from co3cli.workers import Workers
 
     sym = steps_of(rng, 9, 8, 30, 255)
     table = get_coder("ctx-steps", key_every=2).table_from_weights(gennorm_weights(255))

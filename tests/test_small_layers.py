@@ -84,9 +84,9 @@ def test_groups_round_trip_bit_exactly_and_cost_fewer_bytes(bn_dump, tmp_path, c
 
 
 def test_group_layout_does_not_depend_on_threads(bn_dump, tmp_path, monkeypatch):
-    from co3cli import codec
+    from co3cli import workers
 
-    monkeypatch.setattr(codec, "SMALL_LAYER_BYTES", 0)  # every unit a job on the pool
+    monkeypatch.setattr(workers, "SMALL_LAYER_BYTES", 0)  # every unit a job on the pool
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     outs = []
     for t in (1, 2, 3):

@@ -1,7 +1,7 @@
 """``threads``: the same bytes for any thread count, the serial error, nothing left behind.
 
 Layers run as jobs on a pool and a layer's rows are shared among threads in chunks
-(``co3cli.codec.Workers``, ``map_rows``, ``pipeline``); the file must not depend on either.
+(``co3cli.workers.Workers``, ``map_rows``, ``pipeline``); the file must not depend on either.
 ``CHUNK_ENTRIES`` and ``INFLIGHT_BYTES`` are shrunk or grown here so that small dumps take every
 path: rows in chunks of a few entries, many layers in flight, or one at a time.
 """
@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from co3cli import codec
-from co3cli.codec import Workers, compress, decompress, map_rows
+from co3cli import workers
+from co3cli.codec import compress, decompress
+from co3cli.workers import Workers, map_rows
 from co3cli.dump import Dump, write_dump
 from co3cli.errors import InputError
 from conftest import run_cli, synthetic_layers
@@ -47,13 +48,13 @@ def many(tmp_path):
 def regime(request, monkeypatch):
     """chunked: rows in chunks of 64+ entries, layers one at a time; whole: every layer a job
     of its own, all in flight at once."""
-    monkeypatch.setattr(codec, "SMALL_LAYER_BYTES", 0)  # every layer a job on the pool
+    monkeypatch.setattr(workers, "SMALL_LAYER_BYTES", 0)  # every layer a job on the pool
     if request.param == "chunked":
-        monkeypatch.setattr(codec, "CHUNK_ENTRIES", 64)
-        monkeypatch.setattr(codec, "INFLIGHT_BYTES", 0)
+        monkeypatch.setattr(workers, "CHUNK_ENTRIES", 64)
+        monkeypatch.setattr(workers, "INFLIGHT_BYTES", 0)
     else:
-        monkeypatch.setattr(codec, "CHUNK_ENTRIES", 1 << 40)
-        monkeypatch.setattr(codec, "INFLIGHT_BYTES", 1 << 40)
+        monkeypatch.setattr(workers, "CHUNK_ENTRIES", 1 << 40)
+        monkeypatch.setattr(workers, "INFLIGHT_BYTES", 1 << 40)
     return request.param
 
 
@@ -89,8 +90,8 @@ def test_decompress_does_not_depend_on_threads(many, tmp_path, monkeypatch, regi
 
 
 def test_default_is_every_core_and_threads_are_checked(many, tmp_path):
-    assert codec.default_threads() == len(os.sched_getaffinity(0))
-    assert codec.check_threads(None) == codec.default_threads()
+    assert workers.default_threads() == len(os.sched_getaffinity(0))
+    assert workers.check_threads(None) == workers.default_threads()
     for bad in (0, -1, 1.5, "2", True):
         with pytest.raises(InputError, match=r"threads=.* must be an integer >= 1"):
             compress(many, tmp_path / "x.co3", threads=bad)

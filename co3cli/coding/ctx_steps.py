@@ -226,7 +226,7 @@ class CtxStepsTable(CtxTable):
     def encode_steps(self, sym, cols=None, run=None) -> list[bytes]:
         """Payloads of the rows of a (steps, n) symbol array, one per step, key step every
         ``key_every``; ``run`` (a list of zero-argument tasks -> their results, e.g.
-        ``codec.Workers.run``) codes the key groups in parallel (the same bytes)."""
+        ``co3cli.workers.Workers.run``) codes the key groups in parallel (the same bytes)."""
         sym = np.asarray(sym)
         if sym.ndim != 2:
             raise InputError(f"sym: need a (steps, n) array, got shape {sym.shape}")
