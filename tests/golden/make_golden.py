@@ -9,7 +9,8 @@ and decoded with ``co3 decompress``; ``book.json`` is a codebook built from the 
 and compresses ``source.h5`` to the same bytes. A change of format must bump the minor version
 and keep those tests passing (old files still decode). ``--groups`` writes only the
 ``.co3`` 1.1 fixtures (``GROUP_CASES``: small layers pooled into group blocks, from
-``source-groups.h5``), made by co3cli 0.1.0 with container minor version 1. ``--steps`` writes only the step-group
+``source-groups.h5``), made by co3cli 0.1.0 with container minor version 1. ``--ctx3`` writes only
+``CTX3_CASES`` (``ctx`` model version 3). ``--steps`` writes only the step-group
 fixtures (``STEPS_CASES``, from ``source-steps.h5``: ``LYS`` blocks, a drifting layer split into
 step groups and a tiny one stored).
 """
@@ -43,6 +44,14 @@ CASES = {
                       "--model", "gennorm-zi"],
     "fp4-ctx-steps": ["--format", "fp4-co3", "--coder", "ctx-steps", "--model", "gennorm-zi"],
 }
+# ``ctx`` model version 3 (the match model), from ``source.h5``
+CTX3_CASES = {
+    "fp8-ctx3": ["--format", "fp8-e5m2", "--coder", "ctx", "--model", "gennorm-zi"],
+    "fp4-ctx3": ["--format", "fp4-co3", "--coder", "ctx", "--model", "gennorm-zi"],
+}
+# written with ``ctx`` model version 1 (the default before version 3): rebuilt by the tests
+# (and here) with ``coder_params={"model_version": 1}``
+CTX_V1_CASES = ("fp8-ctx", "fp4-ctx", "steps-default")
 BOOK = ["--format", "fp8-e5m2", "--coder", "huffman", "--model", "gennorm-zi"]
 # the 1.1 layout (small layers pooled into group blocks), from ``source-groups.h5``
 GROUP_SOURCE = HERE / "source-groups.h5"
@@ -120,8 +129,27 @@ def make_steps() -> None:
     write_dump(STEPS_SOURCE, steps_layers(np.random.default_rng(20261216)),
                steps=np.arange(0, 60, 10), attrs={"task": "golden-steps", "seed": 20261216})
     for name, opts in STEPS_CASES.items():
-        co3("compress", str(STEPS_SOURCE), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+        if name in CTX_V1_CASES:
+            os.environ["SOURCE_DATE_EPOCH"] = EPOCH
+            compress_v1(STEPS_SOURCE, HERE / f"{name}.co3", opts)
+        else:
+            co3("compress", str(STEPS_SOURCE), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
+
+
+def make_ctx3() -> None:
+    for name, opts in CTX3_CASES.items():
+        co3("compress", str(HERE / "source.h5"), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+        co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
+
+
+def compress_v1(src, dst, opts) -> None:
+    """``co3 compress src -o dst *opts`` with ``ctx`` model version 1 (``CTX_V1_CASES``)."""
+    from co3cli.codec import compress
+
+    names = {"--format": "format", "--coder": "coder", "--model": "model", "--scale": "scale"}
+    kw = {names[k]: v for k, v in zip(opts[::2], opts[1::2])}
+    compress(str(src), str(dst), coder_params={"model_version": 1}, **kw)
 
 
 def co3(*args: str) -> None:
@@ -138,13 +166,20 @@ def main() -> None:
                attrs={"task": "golden", "seed": 20260101})
     co3("codebook", "build", str(src), "-o", str(HERE / "book.json"), *BOOK, "-q")
     for name, opts in CASES.items():
-        co3("compress", str(src), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+        if name in CTX_V1_CASES:
+            os.environ["SOURCE_DATE_EPOCH"] = EPOCH
+            compress_v1(src, HERE / f"{name}.co3", opts)
+        else:
+            co3("compress", str(src), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
+    make_ctx3()
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--groups"]:  # only the 1.1 fixtures (the others stay as they are)
         make_groups()
+    elif sys.argv[1:] == ["--ctx3"]:  # only the ctx model version 3 fixtures
+        make_ctx3()
     elif sys.argv[1:] == ["--steps"]:  # only the step-group fixtures
         make_steps()
     else:
