@@ -448,3 +448,19 @@ def test_beats_order0_and_lzma_on_real_gradients(fmt):
     n_lzma = len(lzma.compress(sym.astype(np.uint8).tobytes(), preset=6))
     assert n_ctx < 0.8 * n_ans       # measured: 0.63 (fp8-e5m2), 0.47 (fp4-co3)
     assert n_ctx + len(ctx.to_bytes()) < 0.95 * n_lzma
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 500), (2, 300), (31, 9), (33, 9), (34, 9), (70, 7),
+                                       (5, 1), (3, 4)])
+@pytest.mark.parametrize("nsym", [15, 255])
+def test_match_model_ring_sizes_round_trip(rng, rows, cols, nsym):
+    """Version 3 keeps min(32, rows - 1) earlier rows (none for one row): every boundary
+    round-trips, a partial last row included, and a payload one byte short or long is
+    refused."""
+    table = get_coder("ctx").table_from_weights(gennorm_weights(nsym))
+    sym = structured(rng, rows, cols, nsym, dead_rows=min(2, rows - 1), dead_cols=1).ravel()
+    for n in {sym.size, max(sym.size - cols // 2, 0)}:
+        blob = round_trip(table, sym[:n].copy(), cols)
+        for bad in (blob[:-1], blob + b"\x00"):
+            with pytest.raises(CorruptDataError):
+                table.decode(bad, n, cols=cols)

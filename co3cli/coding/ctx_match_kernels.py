@@ -7,7 +7,8 @@ memory*, both entering the contexts:
 
 * **match model**: for each column, the sign (+1, -1, 0) and a class (1 zero, 2 more
   than ``MZT / 16`` magnitude indices below the prediction, 3 otherwise; 0 absent) of the
-  entries of the last ``MR`` rows, in a ring of ``MR`` slots.  While a row is coded every
+  entries of the last ``MR`` rows, in a ring of ``MR`` slots (fewer when the tensor has
+  fewer earlier rows; a one-row tensor has no ring).  While a row is coded every
   signed entry scores each slot +1 (same sign) or -1 (opposite sign) where that row is
   nonzero; every 4th signed entry the slot of largest ``|score|`` becomes the *matched
   row*.  A linear layer's gradient ``sum_b delta_b h_b^T`` is low rank for a small batch:
@@ -93,8 +94,11 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
     sdiff = 0
     # match model: per (column, slot) the sign (+1, -1, 0) and class (0 absent, 1 zero,
     # 2 below, 3 above the prediction) of an earlier row's entry; scores per slot
-    ring = np.zeros(cols * 2 * MR, dtype=np.int8)   # [j * 2 MR + slot]: sign, [+ MR]: class
-    msc = np.zeros(MR, dtype=np.int32)
+    # slots: MR, or fewer when the tensor has fewer earlier rows (none: one row, no ring)
+    mr = max(min(MR, (n + cols - 1) // cols - 1), 0)
+    mr2 = 2 * mr
+    ring = np.zeros(cols * mr2, dtype=np.int8)   # [j * 2 mr + slot]: sign, [+ mr]: class
+    msc = np.zeros(max(mr, 1), dtype=np.int32)
     mbest = 0
     nsg = 0
     rowi = 0
@@ -150,7 +154,7 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
         P = min(max(pb + ((wl * lx) >> 8), 0), pmax)
         prev_pb = pb
         zp = ZRUN[row_z + 1] * 5 + ZRUN[col_z[j] + 1]
-        mz = ring[j * 2 * MR + MR + mbest] if msc[mbest] != 0 else 0
+        mz = ring[j * mr2 + mr + mbest] if msc[mbest] != 0 else 0
         zc = (((zp * 8 + (1 if c == 0 else 0) + (2 if d == 0 else 0) + (4 if e == 0 else 0))
                * NZP + ((P * zmul) >> 32)) * 4 + mz)
         v = 0
@@ -260,7 +264,7 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
                     mcf = 0
                     bs = np.int64(msc[mbest])
                     if bs != 0:
-                        t = ring[j * 2 * MR + mbest]
+                        t = ring[j * mr2 + mbest]
                         if t != 0:
                             mp = 1 + ((1 if t < 0 else 0) ^ (1 if bs < 0 else 0))
                             bs = abs(bs)
@@ -313,13 +317,13 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
             rpos += 1 - neg
             if v <= K:   # a signed entry scores the match slots and votes the row polarity
                 sg = -1 if neg else 1
-                rb_ = j * 2 * MR
-                for k in range(MR):
+                rb_ = j * mr2
+                for k in range(mr):
                     msc[k] += ring[rb_ + k] * sg
                 nsg += 1
                 if nsg & 3 == 1:   # the best slot is re-chosen every 4th signed entry
                     bsv = np.int32(-1)
-                    for k in range(MR):
+                    for k in range(mr):
                         x = abs(msc[k])
                         if x > bsv:
                             bsv = x
@@ -359,12 +363,14 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
             if ron > 0:
                 last_off = ro
             # this row into the match ring (its slot), before the column estimates move
-            slot = rowi % MR
-            for k in range(cols):
-                t = cur_m[k]
-                q = k * 2 * MR + slot
-                ring[q] = 0 if t == 0 else (1 if cur_s[k] == 1 else -1)
-                ring[q + MR] = 1 if t == 0 else (2 if (t << FP) - col_est[k] - last_off < -MZT else 3)
+            if mr > 0:
+                slot = rowi % mr
+                for k in range(cols):
+                    t = cur_m[k]
+                    q = k * mr2 + slot
+                    ring[q] = 0 if t == 0 else (1 if cur_s[k] == 1 else -1)
+                    ring[q + mr] = 1 if t == 0 else (
+                        2 if (t << FP) - col_est[k] - last_off < -MZT else 3)
             # the column sign memory learns this row's signs relative to its polarity
             if sagree + sdiff == 0 or sagree != sdiff:
                 pol = -1 if sdiff > sagree else 1
