@@ -60,6 +60,7 @@ def rate_rows(name: str, path: str, fmt: str, tmp: str, held_out: bool) -> dict:
         r = compress(path, os.path.join(tmp, "x.co3"), format=fmt, coder="ctx",
                      model="gennorm-zi", coder_params={"model_version": version}, threads=1)
         row[f"ctx{version}_bpe"] = r.bpe
+        row[f"ctx{version}_payload_bpe"] = 8 * sum(lay["payload_bytes"] for lay in r.layers) / r.entries
         row["entries"] = r.entries
     raw = symbol_bytes(path, fmt)
     for peer, fn in (("zstd-3", zstandard.ZstdCompressor(level=3).compress),
@@ -67,6 +68,8 @@ def rate_rows(name: str, path: str, fmt: str, tmp: str, held_out: bool) -> dict:
                      ("lzma-6", lambda b: lzma.compress(b, preset=6))):
         row[peer] = 8 * len(fn(raw)) / len(raw)
     row["new_vs_old"] = row["ctx3_bpe"] / row["ctx1_bpe"]
+    row["payload_new_vs_old"] = row["ctx3_payload_bpe"] / row["ctx1_payload_bpe"]
+    row["payload_new_vs_lzma-6"] = row["ctx3_payload_bpe"] / row["lzma-6"]
     for peer in ("zstd-19", "lzma-6"):
         row[f"old_vs_{peer}"] = row["ctx1_bpe"] / row[peer]
         row[f"new_vs_{peer}"] = row["ctx3_bpe"] / row[peer]
@@ -133,7 +136,15 @@ def render(rows, speed, load) -> str:
     L += ["", f"Worst v3/lzma-6: **{worst['new_vs_lzma-6']:.3f}** ({worst['dump']} {worst['format']}); "
           f"worst v3/zstd-19: **{worst_z['new_vs_zstd-19']:.3f}** ({worst_z['dump']} {worst_z['format']}); "
           f"worst v3/v1: **{worst_o['new_vs_old']:.4f}** ({worst_o['dump']} {worst_o['format']}).", "",
-          "Decode CPU time (`time.process_time`, one large layer's first 4 steps, 11 interleaved "
+          "The coders' payloads alone (side information: headers, tables, per-step scales, "
+          "not the model's; the peers' figures include their own small headers):", "",
+          "| dump | format | v1 payload | v3 payload | v3/v1 | side (both) | v3 payload/lzma-6 |",
+          "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        L.append(f"| {r['dump']} | {r['format']} | {r['ctx1_payload_bpe']:.3f} | "
+                 f"{r['ctx3_payload_bpe']:.3f} | {r['payload_new_vs_old']:.4f} | "
+                 f"{r['ctx3_bpe'] - r['ctx3_payload_bpe']:.3f} | {r['payload_new_vs_lzma-6']:.3f} |")
+    L += ["", "Decode CPU time (`time.process_time`, one large layer's first 4 steps, 11 interleaved "
           f"A/B rounds, medians; load average at start {load}):", "",
           "| format | layer | entries | v1 ms | v3 ms | v3/v1 | per-round range |", "|---|---|---:|---:|---:|---:|---|"]
     for s in speed:

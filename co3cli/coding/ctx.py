@@ -51,7 +51,8 @@ polarity).  The zero flag's context adds the matched entry's class (x 4, 3200 co
 the sign's context is (``a``'s sign, the up sign class, the matched row's predicted sign,
 4 levels of its score, the column memory's predicted sign, this row's share of negatives:
 1620), each first started from a parent (the first three) as the zero flags are.  Details:
-``co3cli.coding.ctx_match_kernels``.  Version 1 files decode with version 1 (version 2 is ``ctx-steps``'s).
+``co3cli.coding.ctx_match_kernels``.  Version 1 files decode with version 1 (version 2
+is ``ctx-steps``'s).
 
 **Adaptation.**  A probability (16 bits, of a 1, kept in ``[32, 2**16 - 32]``) moves
 towards each coded bit by ``1 / (count + 1.5)``; ``count`` starts at 2 (the prior's
@@ -75,8 +76,10 @@ rejected.  (With ``nsym = 1`` there is nothing to code: every payload is 4 bytes
 once per direction), ``co3cli.coding.ctx_match_kernels`` version 3;
 ``co3cli.coding.ctx_reference`` keeps the kernel of co3cli 0.1.0, which writes version 1's
 bytes, for tests and ``benchmarks/bench_ctx.py``.  Version 1's bitstream has not changed
-since 0.1.0.  Version 3: 0.6-5.5 % fewer payload bits than version 1 on the benchmark
-dumps, decoding up to ~1.3x slower (``benchmarks/results/ctx2.md``).  Speed (``bench_ctx.py``, layers >= 10^5 entries): 14-25x
+since 0.1.0.  Version 3 against version 1 (``benchmarks/bench_ctx2.py``, whole files on the
+benchmark dumps): 4-7 % fewer bits at fp4, 0.4-1.2 % at fp8, within +0.2 % on a tiny
+held-out ResNet; decoding takes ~1.3x version 1's CPU time (``benchmarks/results/ctx2.md``).
+Version 1's speed (``bench_ctx.py``, layers >= 10^5 entries): 14-25x
 ``ans``'s CPU time to encode, 9-18x to decode; the cost is the serial chain of adaptive
 binary decisions (~4.7 per fp8-e5m2 symbol, ~1.4 per fp4-co3 symbol) and the per-symbol
 context and predictor updates.

@@ -7,8 +7,8 @@ memory*, both entering the contexts:
 
 * **match model**: for each column, the sign (+1, -1, 0) and a class (1 zero, 2 more
   than ``MZT / 16`` magnitude indices below the prediction, 3 otherwise; 0 absent) of the
-  entries of the last ``MR`` rows, in a ring of ``MR`` slots (fewer when the tensor has
-  fewer earlier rows; a one-row tensor has no ring).  While a row is coded every
+  entries of the last ``MR`` rows, in a ring of ``MR`` slots (a one-row tensor has
+  none).  While a row is coded every
   signed entry scores each slot +1 (same sign) or -1 (opposite sign) where that row is
   nonzero; every 4th signed entry the slot of largest ``|score|`` becomes the *matched
   row*.  A linear layer's gradient ``sum_b delta_b h_b^T`` is low rank for a small batch:
@@ -19,11 +19,12 @@ memory*, both entering the contexts:
   entries' votes against the memory (a row with no votes, the first one included, counts
   as +1; a tied row is not learnt).
 
-(Version 2 is ``ctx-steps``'s.)  Contexts: the zero flag's (version 1's, 800) times the matched row's class at this column
-(4): 3200, each starting from its version-1 parent as before.  The sign's: the left sign
-``a`` (3), the up sign flipped by the row agreement (3), the matched row's predicted sign
-(3: none, +, -) and 4 levels of its ``|score|`` (1-2, 3-5, 6-11, 12+), the column memory's
-predicted sign (3) and the row's share of negatives (5): 1620.  Everything is integer; the
+(Version 2 is ``ctx-steps``'s.)  Contexts: the zero flag's (version 1's, 800) times the
+matched row's class at this column (4): 3200, each starting from its version-1 parent as
+before.  The sign's: the left sign ``a`` (3), the up sign flipped by the row agreement
+(3), the matched row's predicted sign (3: none, +, -) and 4 levels of its ``|score|`` (1-2, 3-5, 6-11, 12+), the column memory's
+predicted sign (3) and the row's share of negatives (5): 1620, each starting from a
+parent (the first three; always updated).  Everything is integer; the
 decoder rebuilds the encoder's state bit for bit.  The kernels take the same arguments and
 return the same statuses as version 1's.
 
@@ -94,11 +95,13 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
     sdiff = 0
     # match model: per (column, slot) the sign (+1, -1, 0) and class (0 absent, 1 zero,
     # 2 below, 3 above the prediction) of an earlier row's entry; scores per slot
-    # slots: MR, or fewer when the tensor has fewer earlier rows (none: one row, no ring)
-    mr = max(min(MR, (n + cols - 1) // cols - 1), 0)
-    mr2 = 2 * mr
-    ring = np.zeros(cols * mr2, dtype=np.int8)   # [j * 2 mr + slot]: sign, [+ mr]: class
-    msc = np.zeros(max(mr, 1), dtype=np.int32)
+    # (a one-row tensor has no earlier rows: no ring; the loops over MR slots have a
+    # compile-time trip count, slots of rows that do not exist stay 0 and never match)
+    has_ring = n > cols
+    mr2 = 2 * MR
+    # [j * 2 MR + slot]: sign, [j * 2 MR + MR + slot]: class
+    ring = np.zeros(cols * mr2 if has_ring else 0, dtype=np.int8)
+    msc = np.zeros(MR, dtype=np.int32)
     mbest = 0
     nsg = 0
     rowi = 0
@@ -154,7 +157,7 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
         P = min(max(pb + ((wl * lx) >> 8), 0), pmax)
         prev_pb = pb
         zp = ZRUN[row_z + 1] * 5 + ZRUN[col_z[j] + 1]
-        mz = ring[j * mr2 + mr + mbest] if msc[mbest] != 0 else 0
+        mz = ring[j * mr2 + MR + mbest] if msc[mbest] != 0 else 0
         zc = (((zp * 8 + (1 if c == 0 else 0) + (2 if d == 0 else 0) + (4 if e == 0 else 0))
                * NZP + ((P * zmul) >> 32)) * 4 + mz)
         v = 0
@@ -315,15 +318,15 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
             lastnz = v
             rneg += neg
             rpos += 1 - neg
-            if v <= K:   # a signed entry scores the match slots and votes the row polarity
+            if has_ring and v <= K:   # a signed entry scores the match slots
                 sg = -1 if neg else 1
                 rb_ = j * mr2
-                for k in range(mr):
+                for k in range(MR):
                     msc[k] += ring[rb_ + k] * sg
                 nsg += 1
                 if nsg & 3 == 1:   # the best slot is re-chosen every 4th signed entry
                     bsv = np.int32(-1)
-                    for k in range(mr):
+                    for k in range(MR):
                         x = abs(msc[k])
                         if x > bsv:
                             bsv = x
@@ -363,13 +366,13 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
             if ron > 0:
                 last_off = ro
             # this row into the match ring (its slot), before the column estimates move
-            if mr > 0:
-                slot = rowi % mr
+            if has_ring:
+                slot = rowi % MR
                 for k in range(cols):
                     t = cur_m[k]
                     q = k * mr2 + slot
                     ring[q] = 0 if t == 0 else (1 if cur_s[k] == 1 else -1)
-                    ring[q + mr] = 1 if t == 0 else (
+                    ring[q + MR] = 1 if t == 0 else (
                         2 if (t << FP) - col_est[k] - last_off < -MZT else 3)
             # the column sign memory learns this row's signs relative to its polarity
             if sagree + sdiff == 0 or sagree != sdiff:
