@@ -22,11 +22,11 @@ memory*, both entering the contexts:
 (Version 2 is ``ctx-steps``'s.)  Contexts: the zero flag's (version 1's, 800) times the
 matched row's class at this column (4): 3200, each starting from its version-1 parent as
 before.  The sign's: the left sign ``a`` (3), the up sign flipped by the row agreement
-(3), the matched row's predicted sign (3: none, +, -) and 4 levels of its ``|score|`` (1-2, 3-5, 6-11, 12+), the column memory's
-predicted sign (3) and the row's share of negatives (5): 1620, each starting from a
-parent (the first three; always updated).  Everything is integer; the
-decoder rebuilds the encoder's state bit for bit.  The kernels take the same arguments and
-return the same statuses as version 1's.
+(3), the matched row's predicted sign (3: none, +, -), 4 levels of its ``|score|`` (1-2,
+3-5, 6-11, 12+), the column memory's predicted sign (3) and the row's share of negatives
+(5): 1620, each starting from a parent (the first three; always updated).  Everything is
+integer; the decoder rebuilds the encoder's state bit for bit.  The kernels take the same
+arguments and return the same statuses as version 1's.
 
 Rate and speed against version 1: ``benchmarks/bench_ctx2.py``,
 ``benchmarks/results/ctx2.md``.
