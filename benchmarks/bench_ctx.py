@@ -99,7 +99,9 @@ def speed_case(data, shape, fmt: str, repeat: int) -> dict:
     weights, _ = model_weights(data, scales, counts, grid, "gennorm-zi")
     cols = row_length(shape, data.shape[1])
     ans = get_coder("ans").table_from_weights(weights)
-    ctx = get_coder("ctx").table_from_weights(weights)
+    # model version 1: the version the 0.1.0 reference kernel codes (bench_ctx2.py: version 3)
+    v1 = {"model_version": 1} if "model_version" in get_coder("ctx").PARAMS else {}
+    ctx = get_coder("ctx", **v1).table_from_weights(weights)
     n = sym.size
     a_bl = [ans.encode(row) for row in sym]
     c_bl = [ctx.encode(row, cols) for row in sym]

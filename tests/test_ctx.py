@@ -246,7 +246,7 @@ def test_payload_bytes_of_0_1_0_are_frozen():
         sym = np.clip(K + sign * mag, 0, nsym - 1).astype(np.uint16).ravel()
         assert hashlib.sha256(sym.tobytes()).hexdigest()[:16] == digest
         w = np.exp(-np.abs((np.arange(nsym) - K) / max(K / 4, 0.5)) ** 0.7)
-        table = CtxTable(quantize_freqs(w, 16), 16, 60)
+        table = CtxTable(quantize_freqs(w, 16), 16, 60, model_version=1)
         blob = bytes.fromhex(payload)
         np.testing.assert_array_equal(table.decode(blob, sym.size, cols=cols), sym)
         assert table.encode(sym, cols=cols) == blob
@@ -274,10 +274,12 @@ def test_real_gradients_round_trip_and_exact_consumption(fmt):
         data = dump.read_layer("fc2.weight")[:3]
         cols = dump.shape("fc2.weight")[1]
     _, sym, counts = scale_and_quantize(data, get_grid(fmt), None)
+    v1 = get_coder("ctx", model_version=1).table_from_weights(counts + 0.5)
     table = get_coder("ctx").table_from_weights(counts + 0.5)
     for row in sym:
+        assert round_trip(v1, row, cols) == v1._encode(row, cols, reference=True)
         blob = round_trip(table, row, cols)
-        assert blob == table._encode(row, cols, reference=True)
+        assert len(blob) < len(v1.encode(row, cols=cols))
         for bad in (blob[:-1], blob + b"\x00"):
             with pytest.raises(CorruptDataError):
                 table.decode(bad, row.size, cols=cols)
@@ -294,7 +296,8 @@ def test_real_gradients_round_trip_and_exact_consumption(fmt):
 ])
 def test_table_bytes_round_trip(config, nsym):
     coder = get_coder("ctx", **config)
-    assert coder_from_config(coder.config()).config() == coder.config() == {"id": "ctx", **config}
+    assert coder_from_config(coder.config()).config() == coder.config() == {
+        "id": "ctx", **config, "model_version": 3}
     table = coder.table_from_weights(gennorm_weights(nsym))
     data = table.to_bytes()
     back = coder.table_from_bytes(data, nsym)
@@ -318,8 +321,45 @@ def test_corrupt_table_bytes_rejected():
         for bit in range(8):
             bad = bytearray(data)
             bad[i] ^= 1 << bit
+            if i == 0 and bad[0] in CtxTable.MODEL_VERSIONS:   # 3 -> 1: another model
+                assert coder.table_from_bytes(bytes(bad), 247).model_version == bad[0]
+                continue
             with pytest.raises(CorruptDataError):
                 coder.table_from_bytes(bytes(bad), 247)
+
+
+def test_model_versions_decode_their_own_payloads(rng):
+    """Version 3 (the default) and version 1 code the same symbols to different bytes; each
+    table decodes its own, a table of the other version refuses them (exact consumption),
+    and the stored version byte decides, whatever the coder config says."""
+    nsym, rows, cols = 255, 24, 40
+    K = (nsym - 1) // 2
+    logmag = rng.normal(0, 1, (rows, 1)) + rng.normal(0, 1, (1, cols))
+    mag = np.clip(np.round(K / 4 + 3 * logmag), 0, K).astype(np.int64)
+    sign = np.sign(rng.normal(size=(rows, 1))) * np.sign(rng.normal(size=(1, cols)))
+    sym = (K + sign * mag).astype(np.uint16).ravel()
+    w = gennorm_weights(nsym)
+    v3 = get_coder("ctx").table_from_weights(w)
+    v1 = get_coder("ctx", model_version=1).table_from_weights(w)
+    assert (v3.model_version, v1.model_version) == (3, 1)
+    b3, b1 = round_trip(v3, sym, cols), round_trip(v1, sym, cols)
+    assert b3 != b1 and len(b3) < len(b1)   # rank-1 signs: the match model predicts them
+    for table, blob in ((v1, b3), (v3, b1)):
+        with pytest.raises(CorruptDataError):
+            table.decode(blob, sym.size, cols=cols)
+    for config_version in (1, 3):
+        coder = get_coder("ctx", model_version=config_version)
+        for table, blob in ((v1, b1), (v3, b3)):
+            back = coder.table_from_bytes(table.to_bytes(), nsym)
+            assert back.model_version == table.model_version
+            np.testing.assert_array_equal(back.decode(blob, sym.size, cols=cols), sym)
+    assert get_coder("ctx", model_version=1).config() == {"id": "ctx", "precision": 16,
+                                                          "limit": 60}
+    for bad in (0, 2, 4, "x", 1.5, True):
+        with pytest.raises(InputError, match="model_version"):
+            get_coder("ctx", model_version=bad)
+    with pytest.raises(InputError, match="model_version"):
+        CtxTable(v3.freqs, 16, model_version=2)
 
 
 def test_table_bytes_checked_against_config():
@@ -360,7 +400,8 @@ def test_bad_inputs(rng):
 
 
 def test_registry_and_expected_bits():
-    assert CODERS.get("ctx") is CtxCoder and CtxCoder.PARAMS == {"precision": 16, "limit": 60}
+    assert CODERS.get("ctx") is CtxCoder
+    assert CtxCoder.PARAMS == {"precision": 16, "limit": 60, "model_version": 3}
     table = get_coder("ctx").table_from_weights(gennorm_weights(247))
     lengths = table.code_lengths()
     assert np.all(lengths > 0)
@@ -407,3 +448,19 @@ def test_beats_order0_and_lzma_on_real_gradients(fmt):
     n_lzma = len(lzma.compress(sym.astype(np.uint8).tobytes(), preset=6))
     assert n_ctx < 0.8 * n_ans       # measured: 0.63 (fp8-e5m2), 0.47 (fp4-co3)
     assert n_ctx + len(ctx.to_bytes()) < 0.95 * n_lzma
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 500), (2, 300), (31, 9), (33, 9), (34, 9), (70, 7),
+                                       (5, 1), (3, 4)])
+@pytest.mark.parametrize("nsym", [15, 255])
+def test_match_model_ring_sizes_round_trip(rng, rows, cols, nsym):
+    """Version 3 keeps min(32, rows - 1) earlier rows (none for one row): every boundary
+    round-trips, a partial last row included, and a payload one byte short or long is
+    refused."""
+    table = get_coder("ctx").table_from_weights(gennorm_weights(nsym))
+    sym = structured(rng, rows, cols, nsym, dead_rows=min(2, rows - 1), dead_cols=1).ravel()
+    for n in {sym.size, max(sym.size - cols // 2, 0)}:
+        blob = round_trip(table, sym[:n].copy(), cols)
+        for bad in (blob[:-1], blob + b"\x00"):
+            with pytest.raises(CorruptDataError):
+                table.decode(bad, n, cols=cols)

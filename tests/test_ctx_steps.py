@@ -51,7 +51,7 @@ def test_round_trip_and_key_steps_are_ctx_bytes(rng, key_every, nsym, cols):
     before = sym.copy()
     w = gennorm_weights(nsym)
     table = get_coder("ctx-steps", key_every=key_every).table_from_weights(w)
-    ctx = get_coder("ctx").table_from_weights(w)
+    ctx = get_coder("ctx", model_version=1).table_from_weights(w)
     bodies = table.encode_steps(sym, cols)
     np.testing.assert_array_equal(sym, before)
     np.testing.assert_array_equal(table.decode_steps(bodies, sym.shape[1], cols), before)
@@ -64,7 +64,7 @@ def test_round_trip_and_key_steps_are_ctx_bytes(rng, key_every, nsym, cols):
 def test_context_across_steps_pays_on_persistent_steps(rng):
     sym = steps_of(rng, 8, 40, 100, 255, drift=0.2)
     w = gennorm_weights(255)
-    ctx = get_coder("ctx").table_from_weights(w)
+    ctx = get_coder("ctx", model_version=1).table_from_weights(w)
     steps = get_coder("ctx-steps", key_every=0).table_from_weights(w)
     n_ctx = sum(len(ctx.encode(r, 100)) for r in sym)
     n_steps = sum(map(len, steps.encode_steps(sym, 100)))
@@ -178,7 +178,7 @@ def test_coder_config_and_tables():
     table = coder.table_from_weights(np.ones(15))
     data = table.to_bytes()
     assert data[0] == 2 and coder.table_from_bytes(data, 15).key_every == 4
-    with pytest.raises(CorruptDataError, match="model version 1"):  # a ctx table
+    with pytest.raises(CorruptDataError, match="model version 3"):  # a ctx table
         coder.table_from_bytes(get_coder("ctx", limit=30).table_from_weights(np.ones(15)).to_bytes(), 15)
     with pytest.raises(CorruptDataError, match="model version 2"):
         get_coder("ctx", limit=30).table_from_bytes(data, 15)

@@ -4,6 +4,8 @@ still compress to the same bytes (``SOURCE_DATE_EPOCH`` fixes the one timestamp)
 The fixtures in ``tests/golden/`` were made by co3cli 0.1.0 with ``tests/golden/make_golden.py``
 (``GROUP_CASES``: small layers pooled into group blocks), rewritten in the ``.co3`` 1.3 layout;
 the earlier ones (1.0-1.2) are in ``tests/golden/v1.2/`` (``tests/test_container_compact.py``).
+``CTX3_CASES`` by co3cli 0.2 (``ctx`` model version 3).  ``CTX_V1_CASES`` were written with
+``ctx`` model version 1, the default then: they are rebuilt with ``model_version=1``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ import json
 import numpy as np
 import pytest
 
-from golden.make_golden import BOOK, CASES, EPOCH, GROUP_CASES, GROUP_SOURCE, HERE
+from golden.make_golden import (BOOK, CASES, CTX3_CASES, CTX_V1_CASES, EPOCH, GROUP_CASES,
+                                GROUP_SOURCE, HERE, compress_v1)
+
+ALL_CASES = {**CASES, **CTX3_CASES}
 
 VOLATILE = ("co3cli_version", "created")  # what a newer version may write differently
 
@@ -43,7 +48,19 @@ def _same_dump(a, b):
                                   y.read_layer(name).view(np.uint32)), name
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+def compress_case(src, out, case, opts, capsys):
+    """``co3 compress src -o out *opts`` as the fixture ``case`` was made (version 1 ctx cases
+    through the library with ``model_version=1``)."""
+    from conftest import run_cli
+
+    if case in CTX_V1_CASES:
+        compress_v1(src, out, opts)
+        return
+    code, _, err = run_cli("compress", src, "-o", out, *opts, "-q", capsys=capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("case", sorted(ALL_CASES))
 def test_golden_decodes_bit_exactly(case, tmp_path):
     from co3cli.codec import decompress
 
@@ -52,16 +69,13 @@ def test_golden_decodes_bit_exactly(case, tmp_path):
     _same_dump(out, HERE / f"{case}.h5")
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sorted(ALL_CASES))
 def test_golden_compresses_to_the_same_bytes(case, tmp_path, monkeypatch, capsys):
     from co3cli import __version__
-    from conftest import run_cli
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
     out = tmp_path / "out.co3"
-    code, _, err = run_cli("compress", HERE / "source.h5", "-o", out, *CASES[case], "-q",
-                           capsys=capsys)
-    assert code == 0, err
+    compress_case(HERE / "source.h5", out, case, ALL_CASES[case], capsys)
     golden = HERE / f"{case}.co3"
     assert _blocks(out) == _blocks(golden)  # every table, scale and coded body
     if __version__ == json.loads(_header_json(golden))["co3cli_version"]:

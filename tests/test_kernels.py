@@ -372,7 +372,7 @@ def test_ctx_fast_kernels_match_reference(case):
     from co3cli.coding.ctx import CtxTable
 
     nsym, w, sym, cols, limit = case
-    table = CtxTable(quantize_freqs(w, 14), 14, limit)
+    table = CtxTable(quantize_freqs(w, 14), 14, limit, model_version=1)
     blob = table.encode(sym, cols)
     assert blob == table._encode(sym, cols, reference=True)
     np.testing.assert_array_equal(table.decode(blob, sym.size, cols), sym)
@@ -386,7 +386,8 @@ def test_ctx_fast_decoder_fails_like_the_reference():
     from co3cli.errors import CorruptDataError
 
     rng = np.random.default_rng(7)
-    table = CtxTable(quantize_freqs(np.exp(-np.abs(np.arange(247) - 123) / 15.0), 16), 16)
+    table = CtxTable(quantize_freqs(np.exp(-np.abs(np.arange(247) - 123) / 15.0), 16), 16,
+                     model_version=1)
     sym = rng.choice(247, 4000, p=table.pmf()).astype(np.uint16)
     blob = table.encode(sym, 50)
     for trial in range(400):

@@ -280,7 +280,7 @@ def test_golden_steps(case, tmp_path, monkeypatch, capsys):
     from conftest import run_cli
     from golden.make_golden import EPOCH, HERE, STEPS_CASES, STEPS_SOURCE
     from test_golden import _blocks as golden_blocks
-    from test_golden import _header_json, _same_dump
+    from test_golden import _header_json, _same_dump, compress_case
 
     decompress(HERE / f"{case}.co3", tmp_path / "out.h5")
     _same_dump(tmp_path / "out.h5", HERE / f"{case}.h5")
@@ -289,9 +289,7 @@ def test_golden_steps(case, tmp_path, monkeypatch, capsys):
     assert any(b.step_groups is not None for b in blocks.values()) or case == "steps-default"
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
     out = tmp_path / "out.co3"
-    code, _, err = run_cli("compress", STEPS_SOURCE, "-o", out, *STEPS_CASES[case], "-q",
-                           capsys=capsys)
-    assert code == 0, err
+    compress_case(STEPS_SOURCE, out, case, STEPS_CASES[case], capsys)
     assert golden_blocks(out) == golden_blocks(HERE / f"{case}.co3")
     import json
 

@@ -41,6 +41,19 @@ error, with ``w`` in [0, 1] refitted by least squares after every row.  Confiden
 with both estimates, 1 with the column one only (the previous row's offset is used), 0
 with neither (``P`` = left, else up, else the last non-zero magnitude).
 
+**Model version 3** (the default since co3cli 0.2; ``model_version`` of the coder config,
+stored in the table's first byte) adds two memories of earlier rows, for the low-rank
+structure of a gradient (``sum_b delta_b h_b^T``: rows are near-scaled copies, sign = row
+sign x column sign): a *match model* (the one of the last 32 rows whose signs agree best,
+with either polarity, with this row's so far; its sign and zero/below/above class at this
+column) and a *column sign memory* (per column, its sign relative to each earlier row's
+polarity).  The zero flag's context adds the matched entry's class (x 4, 3200 contexts);
+the sign's context is (``a``'s sign, the up sign class, the matched row's predicted sign,
+4 levels of its score, the column memory's predicted sign, this row's share of negatives:
+1620), each first started from a parent (the first three) as the zero flags are.  Details:
+``co3cli.coding.ctx_match_kernels``.  Version 1 files decode with version 1 (version 2
+is ``ctx-steps``'s).
+
 **Adaptation.**  A probability (16 bits, of a 1, kept in ``[32, 2**16 - 32]``) moves
 towards each coded bit by ``1 / (count + 1.5)``; ``count`` starts at 2 (the prior's
 weight) and stops at ``limit`` (then an exponential average with rate ``1/(limit+1.5)``).
@@ -59,17 +72,21 @@ the decoder's path, so it ends in that state only by accident (heuristically one
 in ~2**24 or less); a payload that is short, runs out or has bytes left over is always
 rejected.  (With ``nsym = 1`` there is nothing to code: every payload is 4 bytes.)
 
-**Kernels.**  ``co3cli.coding.ctx_kernels`` codes (one model function compiled once per
-direction); ``co3cli.coding.ctx_reference`` keeps the kernel of co3cli 0.1.0, which writes
-the same bytes, for tests and ``benchmarks/bench_ctx.py``.  The bitstream has not changed
-since 0.1.0 (model version 1).  Speed (``bench_ctx.py``, layers >= 10^5 entries): 14-25x
+**Kernels.**  ``co3cli.coding.ctx_kernels`` codes version 1 (one model function compiled
+once per direction), ``co3cli.coding.ctx_match_kernels`` version 3;
+``co3cli.coding.ctx_reference`` keeps the kernel of co3cli 0.1.0, which writes version 1's
+bytes, for tests and ``benchmarks/bench_ctx.py``.  Version 1's bitstream has not changed
+since 0.1.0.  Version 3 against version 1 (``benchmarks/bench_ctx2.py``, whole files on the
+benchmark dumps): 4-7 % fewer bits at fp4, 0.4-1.2 % at fp8, within +0.2 % on a tiny
+held-out ResNet; decoding takes ~1.3x version 1's CPU time (``benchmarks/results/ctx2.md``).
+Version 1's speed (``bench_ctx.py``, layers >= 10^5 entries): 14-25x
 ``ans``'s CPU time to encode, 9-18x to decode; the cost is the serial chain of adaptive
 binary decisions (~4.7 per fp8-e5m2 symbol, ~1.4 per fp4-co3 symbol) and the per-symbol
 context and predictor updates.
 
 **Table serialisation** (``to_bytes``)::
 
-    byte 0      model version (1)
+    byte 0      model version (1 or 3)
     byte 1      precision (8..24)
     byte 2      limit (4..255)
     bytes 3..   nsym prior frequencies as LEB128 unsigned varints (shortest form)
@@ -92,6 +109,7 @@ from __future__ import annotations
 import numpy as np
 
 from co3cli.coding import ctx_kernels as kern
+from co3cli.coding import ctx_match_kernels as kern2
 from co3cli.coding.ans import check_freqs, check_precision, parse_freqs, quantize_freqs
 from co3cli.checks import check_int
 from co3cli.coding.huffman import MAX_NSYM, as_symbols, check_count
@@ -99,16 +117,32 @@ from co3cli.errors import CorruptDataError, InputError
 from co3cli.registry import Configurable
 from co3cli.varint import uvarints_to_bytes
 
-__all__ = ["CtxCoder", "CtxTable", "check_limit"]
+__all__ = ["CtxCoder", "CtxTable", "check_limit", "check_model_version"]
 
-MODEL_VERSION = 1
-"""Stored in the table bytes; bump it whenever the contexts or the adaptation change."""
+MODEL_VERSIONS = (1, 3)
+"""Model versions ``ctx`` reads (stored in the table bytes; a new one whenever the contexts
+or the adaptation change); new tables code with the last unless told otherwise.  One
+numbering for the family: 1 ``ctx`` of 0.1.0, 2 ``ctx-steps``, 3 ``ctx`` with the match
+model."""
+MODEL_VERSION = MODEL_VERSIONS[-1]
+_KERNELS = {1: (kern.encode_kernel, kern.decode_kernel),
+            3: (kern2.encode_kernel, kern2.decode_kernel)}
 
 LIMIT_RANGE = range(4, 256)
 
 
 def check_limit(limit) -> int:
     return check_int("limit", limit, LIMIT_RANGE.start, LIMIT_RANGE.stop - 1)
+
+
+def check_model_version(version, allowed=MODEL_VERSIONS) -> int:
+    """``version`` if it is one of ``allowed`` (None: the last of them)."""
+    if version is None:
+        return allowed[-1]
+    version = check_int("model_version", version, min(allowed), max(allowed))
+    if version not in allowed:
+        raise InputError(f"model_version={version}: allowed {', '.join(map(str, allowed))}")
+    return version
 
 
 PROB_ONE, PMIN = kern.PROB_ONE, kern.PMIN
@@ -129,12 +163,15 @@ class CtxTable:
     """Context-adaptive code for symbols ``0..nsym-1`` whose prior is the integer table
     ``freqs`` (summing to ``2**precision``); ``limit`` caps the adaptation counts.
 
-    Every symbol is codable, whatever its prior frequency (0 included)."""
+    Every symbol is codable, whatever its prior frequency (0 included).  ``model_version``
+    (``MODEL_VERSIONS``; None: the latest) selects the model; it is stored in the table
+    bytes, so a file decodes with the model it was written with."""
 
-    MODEL_VERSION = MODEL_VERSION  # a subclass with another model stores its own
+    MODEL_VERSIONS = MODEL_VERSIONS  # a subclass with another model stores its own
 
-    def __init__(self, freqs, precision: int = 16, limit: int = 60):
+    def __init__(self, freqs, precision: int = 16, limit: int = 60, model_version=None):
         precision = check_precision(precision)
+        self.model_version = check_model_version(model_version, self.MODEL_VERSIONS)
         self._limit = check_limit(limit)
         self._freqs = check_freqs(freqs, precision)
         self._precision = precision
@@ -185,16 +222,23 @@ class CtxTable:
             return max(n, 1)
         return min(check_int("cols", cols, 1), max(n, 1))
 
+    @property
+    def kernel_version(self) -> int:
+        """The model the kernels code with (``model_version``; ``ctx-steps`` key steps: 1)."""
+        return self.model_version
+
     def _kernel(self, decode, sym, buf, cols, reference=False):
-        """Run the coder (``reference=True``: the 0.1.0 kernel, same bits, for checks and
-        benchmarks)."""
+        """Run the coder (``reference=True``: the 0.1.0 kernel of model version 1, same
+        bits, for checks and benchmarks)."""
         model = (cols, self._K, self._mmax, self._pz0, self._ps0, self._child, self._tp1,
                  self._path_off, self._path_bit)
         if reference:
+            if self.kernel_version != 1:
+                raise InputError("the reference kernel codes model version 1 only")
             from co3cli.coding.ctx_reference import run_reference
 
             return run_reference(decode, sym, buf, *model, self._limit, kern.RECIP)
-        run = kern.decode_kernel if decode else kern.encode_kernel
+        run = _KERNELS[self.kernel_version][1 if decode else 0]
         return run(sym, buf, *model, self._path_node, self._limit, kern.RECIP)
 
     def encode(self, sym, cols=None) -> bytes:
@@ -268,7 +312,7 @@ class CtxTable:
 
     def to_bytes(self) -> bytes:
         """``[version, precision, limit] + prior freqs as LEB128 varints``."""
-        return bytes([self.MODEL_VERSION, self._precision, self._limit]) + uvarints_to_bytes(
+        return bytes([self.model_version, self._precision, self._limit]) + uvarints_to_bytes(
             self._freqs)
 
     @classmethod
@@ -279,16 +323,17 @@ class CtxTable:
         if len(data) < 3:
             raise CorruptDataError(f"ctx table: {len(data)} bytes, need at least 3")
         version, precision, limit = data[0], data[1], data[2]
-        if version != cls.MODEL_VERSION:
+        if version not in cls.MODEL_VERSIONS:
+            readable = ", ".join(map(str, cls.MODEL_VERSIONS))
             raise CorruptDataError(f"ctx table: model version {version}, this co3cli "
-                                   f"reads version {cls.MODEL_VERSION} for this coder")
+                                   f"reads version {readable} for this coder")
         if precision not in range(8, 25):
             raise CorruptDataError(f"ctx table: precision byte must be 8..24, got {precision}")
         if limit not in LIMIT_RANGE:
             raise CorruptDataError(f"ctx table: limit byte must be 4..255, got {limit}")
         freqs = parse_freqs(data[3:], nsym, precision, "ctx table")
         try:
-            return cls(freqs, precision, limit)
+            return cls(freqs, precision, limit, model_version=version)
         except InputError as err:
             raise CorruptDataError(f"ctx table: {err}") from None
 
@@ -297,12 +342,25 @@ class CtxCoder(Configurable):
     """Context-adaptive binary range coder (this module); tables are priors."""
 
     id, kind = "ctx", "coder"
-    PARAMS = {"precision": 16, "limit": 60}
+    PARAMS = {"precision": 16, "limit": 60, "model_version": MODEL_VERSION}
     TABLE = CtxTable
 
     def check(self) -> None:
         self.params["precision"] = self.precision = check_precision(self.params["precision"])
         self.params["limit"] = self.limit = check_limit(self.params["limit"])
+        if "model_version" in self.PARAMS:
+            self.params["model_version"] = self.model_version = check_model_version(
+                self.params["model_version"], self.TABLE.MODEL_VERSIONS)
+        else:
+            self.model_version = None
+
+    def config(self) -> dict:
+        """The config; ``model_version`` 1 is left out, so that version 1 files carry the
+        config they had before the parameter existed (their tables store the version)."""
+        cfg = super().config()
+        if cfg.get("model_version") == 1:
+            del cfg["model_version"]
+        return cfg
 
     def table_from_weights(self, weights) -> CtxTable:
         """Prior from a pmf or counts (``quantize_freqs`` at this precision)."""
@@ -313,9 +371,11 @@ class CtxCoder(Configurable):
         return self._table(freqs)
 
     def _table(self, freqs) -> CtxTable:
-        return self.TABLE(freqs, self.precision, self.limit)
+        return self.TABLE(freqs, self.precision, self.limit, model_version=self.model_version)
 
     def table_from_bytes(self, data: bytes, nsym: int) -> CtxTable:
+        """A stored table; it decodes with the model version it stores (files written
+        before ``model_version`` existed store 1), whatever this config's version."""
         table = self._from_bytes(data, nsym)
         if (table.precision, table.limit) != (self.precision, self.limit):
             raise CorruptDataError(

@@ -208,11 +208,12 @@ class CtxStepsTable(CtxTable):
     """A ``ctx`` prior whose tensors are coded step after step (:class:`CtxStepsStream`);
     ``encode``/``decode`` code one step alone (a key step: ``ctx``'s bytes)."""
 
-    MODEL_VERSION = 2
+    MODEL_VERSIONS = (2,)   # the version byte of its tables
+    kernel_version = 1      # a step alone: ``ctx`` model version 1's bytes
 
     def __init__(self, freqs, precision: int = 16, limit: int = 60,
-                 key_every: int = DEFAULT_KEY_EVERY):
-        super().__init__(freqs, precision, limit)
+                 key_every: int = DEFAULT_KEY_EVERY, model_version=None):
+        super().__init__(freqs, precision, limit, model_version)
         self.key_every = check_key_every(key_every)
 
     def stream(self, n: int, cols=None, key_every=None) -> CtxStepsStream:

@@ -11,7 +11,8 @@ and keep those tests passing (old files still decode). ``--groups`` writes only 
 ``.co3`` 1.1 fixtures (``GROUP_CASES``: small layers pooled into group blocks, from
 ``source-groups.h5``), made by co3cli 0.1.0 with container minor version 1 (now 1.3: the
 fixtures of 1.0-1.2 are kept, with what they decode to, in ``v1.2/``, and
-``tests/test_container_compact.py`` decodes every one of them bit for bit). ``--steps`` writes only the step-group
+``tests/test_container_compact.py`` decodes every one of them bit for bit). ``--ctx3`` writes only
+``CTX3_CASES`` (``ctx`` model version 3). ``--steps`` writes only the step-group
 fixtures (``STEPS_CASES``, from ``source-steps.h5``: ``LYS`` blocks, a drifting layer split into
 step groups and a tiny one stored). ``--same`` writes only the equal-layer fixtures
 (``SAME_CASES``, from ``source-same.h5``: ``LYE`` references to an equal earlier layer).
@@ -46,6 +47,14 @@ CASES = {
                       "--model", "gennorm-zi"],
     "fp4-ctx-steps": ["--format", "fp4-co3", "--coder", "ctx-steps", "--model", "gennorm-zi"],
 }
+# ``ctx`` model version 3 (the match model), from ``source.h5``
+CTX3_CASES = {
+    "fp8-ctx3": ["--format", "fp8-e5m2", "--coder", "ctx", "--model", "gennorm-zi"],
+    "fp4-ctx3": ["--format", "fp4-co3", "--coder", "ctx", "--model", "gennorm-zi"],
+}
+# written with ``ctx`` model version 1 (the default before version 3): rebuilt by the tests
+# (and here) with ``coder_params={"model_version": 1}``
+CTX_V1_CASES = ("fp8-ctx", "fp4-ctx", "steps-default")
 BOOK = ["--format", "fp8-e5m2", "--coder", "huffman", "--model", "gennorm-zi"]
 # the 1.1 layout (small layers pooled into group blocks), from ``source-groups.h5``
 GROUP_SOURCE = HERE / "source-groups.h5"
@@ -123,7 +132,11 @@ def make_steps() -> None:
     write_dump(STEPS_SOURCE, steps_layers(np.random.default_rng(20261216)),
                steps=np.arange(0, 60, 10), attrs={"task": "golden-steps", "seed": 20261216})
     for name, opts in STEPS_CASES.items():
-        co3("compress", str(STEPS_SOURCE), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+        if name in CTX_V1_CASES:
+            os.environ["SOURCE_DATE_EPOCH"] = EPOCH
+            compress_v1(STEPS_SOURCE, HERE / f"{name}.co3", opts)
+        else:
+            co3("compress", str(STEPS_SOURCE), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
 
 
@@ -153,6 +166,21 @@ def make_same() -> None:
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
 
 
+def make_ctx3() -> None:
+    for name, opts in CTX3_CASES.items():
+        co3("compress", str(HERE / "source.h5"), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+        co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
+
+
+def compress_v1(src, dst, opts) -> None:
+    """``co3 compress src -o dst *opts`` with ``ctx`` model version 1 (``CTX_V1_CASES``)."""
+    from co3cli.codec import compress
+
+    names = {"--format": "format", "--coder": "coder", "--model": "model", "--scale": "scale"}
+    kw = {names[k]: v for k, v in zip(opts[::2], opts[1::2])}
+    compress(str(src), str(dst), coder_params={"model_version": 1}, **kw)
+
+
 def co3(*args: str) -> None:
     env = {**os.environ, "SOURCE_DATE_EPOCH": EPOCH}
     subprocess.run([sys.executable, "-m", "co3cli", *args], check=True, env=env)
@@ -167,13 +195,20 @@ def main() -> None:
                attrs={"task": "golden", "seed": 20260101})
     co3("codebook", "build", str(src), "-o", str(HERE / "book.json"), *BOOK, "-q")
     for name, opts in CASES.items():
-        co3("compress", str(src), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+        if name in CTX_V1_CASES:
+            os.environ["SOURCE_DATE_EPOCH"] = EPOCH
+            compress_v1(src, HERE / f"{name}.co3", opts)
+        else:
+            co3("compress", str(src), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
+    make_ctx3()
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--groups"]:  # only the 1.1 fixtures (the others stay as they are)
         make_groups()
+    elif sys.argv[1:] == ["--ctx3"]:  # only the ctx model version 3 fixtures
+        make_ctx3()
     elif sys.argv[1:] == ["--steps"]:  # only the step-group fixtures
         make_steps()
     elif sys.argv[1:] == ["--same"]:  # only the equal-layer fixtures

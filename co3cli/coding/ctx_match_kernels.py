@@ -1,0 +1,453 @@
+"""Numba kernels of ``ctx`` model version 3 (model and coder described in
+``co3cli/coding/ctx.py``).
+
+Version 3 is version 1 (``co3cli.coding.ctx_kernels``: the same predictor, magnitude tree,
+adaptation and range coder) plus a *match model* over earlier rows and a *column sign
+memory*, both entering the contexts:
+
+* **match model**: for each column, the sign (+1, -1, 0) and a class (1 zero, 2 more
+  than ``MZT / 16`` magnitude indices below the prediction, 3 otherwise; 0 absent) of the
+  entries of the last ``MR`` rows, in a ring of ``MR`` slots (a one-row tensor has
+  none).  While a row is coded every
+  signed entry scores each slot +1 (same sign) or -1 (opposite sign) where that row is
+  nonzero; every 4th signed entry the slot of largest ``|score|`` becomes the *matched
+  row*.  A linear layer's gradient ``sum_b delta_b h_b^T`` is low rank for a small batch:
+  rows are near-scaled copies of each other, sign = row sign x column sign, so the
+  matched row predicts this row's zeros and signs (its sign times the score's sign).
+* **column sign memory**: per column a sum, saturating at ``+-CSCAP``, of its signs
+  relative to each earlier row's polarity; a row's polarity is the majority of its signed
+  entries' votes against the memory (a row with no votes, the first one included, counts
+  as +1; a tied row is not learnt).
+
+(Version 2 is ``ctx-steps``'s.)  Contexts: the zero flag's (version 1's, 800) times the
+matched row's class at this column (4): 3200, each starting from its version-1 parent as
+before.  The sign's: the left sign ``a`` (3), the up sign flipped by the row agreement
+(3), the matched row's predicted sign (3: none, +, -), 4 levels of its ``|score|`` (1-2,
+3-5, 6-11, 12+), the column memory's predicted sign (3) and the row's share of negatives
+(5): 1620, each starting from a parent (the first three; always updated).  Everything is
+integer; the decoder rebuilds the encoder's state bit for bit.  The kernels take the same
+arguments and return the same statuses as version 1's.
+
+Rate and speed against version 1: ``benchmarks/bench_ctx2.py``,
+``benchmarks/results/ctx2.md``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from co3cli.coding.ctx_kernels import (FP, N0, NB, NCONF, NZCTX, NZP, NZPARENT, PMIN,
+                                       PROB_ONE, ROW_CAP, COL_CAP, TOP, ZCAP, ZRUN, _adapt,
+                                       _code)
+
+MR = 32
+"""Earlier rows the match model keeps (ring slots)."""
+CSCAP = 12
+"""Saturation of the column sign memory."""
+MZT = 24
+"""A matched entry is 'below' the prediction when it is more than MZT/16 indices under it."""
+NSCTX2 = 3 * 3 * 3 * 4 * 3 * 5
+"""Sign contexts of version 3."""
+NSPARENT = 3 * 3 * 3
+"""Their parents (left sign, up sign class, matched sign), always updated."""
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+            path_node, limit, recip):  # pragma: no cover - compiled
+    """Version 3 (module docstring): ``ctx_kernels._run_fast`` plus the match model and
+    the column sign memory in the zero-flag and sign contexts."""
+    n = sym.size
+    nbuf = buf.size
+    low = 0
+    rng = 0xFFFFFFFF
+    pos = 0
+    code = 0
+    fail_status = 1 if decode else 2   # ran out of bytes / of output buffer
+    if decode:
+        if nbuf < 4:
+            return 3, 0
+        for k in range(4):
+            code = (code << 8) | np.int64(buf[k])
+        pos = 4
+        if code >= rng:
+            return 3, 0
+    else:
+        for i in range(n):
+            if sym[i] > K + mmax:
+                return 1, i
+        if nbuf < 5:
+            return 2, 0
+        buf[0] = 0   # the byte a carry out of ``low`` would go to: always 0
+        pos = 1
+    nint = child.size // 2
+    sbase = NZCTX * 4
+    mbase = sbase + NSCTX2
+    nmctx = NB * NCONF
+    PR = np.zeros(mbase + nmctx * nint, dtype=np.int32)
+    sparent = np.full(NSPARENT, (ps0 << 8) | N0, dtype=np.int64)
+    zparent = np.full(NZPARENT, (pz0 << 8) | N0, dtype=np.int64)
+    minit = np.zeros(nmctx, dtype=np.bool_)
+    col_est = np.zeros(cols, dtype=np.int64)
+    csum = np.zeros(cols, dtype=np.int64)   # column sign memory
+    sagree = 0                               # this row's votes against it
+    sdiff = 0
+    # match model: per (column, slot) the sign (+1, -1, 0) and class (0 absent, 1 zero,
+    # 2 below, 3 above the prediction) of an earlier row's entry; scores per slot
+    # (a one-row tensor has no earlier rows: no ring; the loops over MR slots have a
+    # compile-time trip count, slots of rows that do not exist stay 0 and never match)
+    has_ring = n > cols
+    mr2 = 2 * MR
+    # [j * 2 MR + slot]: sign, [j * 2 MR + MR + slot]: class
+    ring = np.zeros(cols * mr2 if has_ring else 0, dtype=np.int8)
+    msc = np.zeros(MR, dtype=np.int32)
+    mbest = 0
+    nsg = 0
+    rowi = 0
+    col_n = np.zeros(cols, dtype=np.int64)
+    col_z = np.full(cols, -1, dtype=np.int64)
+    # magnitudes and sign classes (0 zero, 1 +, 2 -) of the row above and of this row;
+    # -1 (absent) past either end of the row and above the first row
+    up_m = np.full(cols + 2, -1, dtype=np.int64)
+    up_s = np.zeros(cols + 2, dtype=np.int64)
+    cur_m = np.full(cols + 2, -1, dtype=np.int64)
+    cur_s = np.zeros(cols + 2, dtype=np.int64)
+    # neighbours of the next entry: left a, left-left e, up b, up-left c, up-right d
+    a = -1
+    e = -1
+    sa = 0
+    c = -1
+    b = up_m[0]
+    sb = up_s[0]
+    d = up_m[1]
+    mean_step = np.zeros(max(ROW_CAP, COL_CAP) + 1, dtype=np.int64)
+    for k in range(1, mean_step.size):
+        mean_step[k] = PROB_ONE // k
+    pmax = mmax << FP
+    pscale = (mmax + 1) << FP
+    bmul = (NB << 32) // pscale
+    zmul = (NZP << 32) // pscale
+    j = 0
+    ro = 0
+    ron = 0
+    last_off = 0
+    row_z = -1
+    rpos = 0
+    rneg = 0
+    agree = 0
+    differ = 0
+    lastnz = 0
+    prev_pb = 0
+    wl = 0
+    sxy = 0
+    sxx = 0
+    for i in range(n):
+        # ---------------- prediction (selects, no data-dependent jumps)
+        cn = col_n[j]
+        ce = col_est[j]
+        if cn > 0:
+            pb = ce + (ro if ron > 0 else last_off)
+            conf = 2 if ron > 0 else 1
+        else:
+            pb = (a if a > 0 else (b if b > 0 else lastnz)) << FP
+            conf = 0
+        pb = min(max(pb, 0), pmax)
+        lx = ((a << FP) - prev_pb) if a > 0 else 0
+        P = min(max(pb + ((wl * lx) >> 8), 0), pmax)
+        prev_pb = pb
+        zp = ZRUN[row_z + 1] * 5 + ZRUN[col_z[j] + 1]
+        mz = ring[j * mr2 + MR + mbest] if msc[mbest] != 0 else 0
+        zc = (((zp * 8 + (1 if c == 0 else 0) + (2 if d == 0 else 0) + (4 if e == 0 else 0))
+               * NZP + ((P * zmul) >> 32)) * 4 + mz)
+        v = 0
+        neg = 0
+        if not decode:
+            t = np.int64(sym[i]) - K
+            v = abs(t)
+            neg = 1 if t < 0 else 0
+        if mmax > 0:
+            # ---------------- zero flag
+            st = np.int64(PR[zc])
+            if st == 0:  # first use: start from the parent context
+                st = (zparent[zp] & ~0xFF) | N0
+            pz = st >> 8
+            bit, rng, low, code = _code(decode, 1 if v == 0 else 0, pz, rng, low, code)
+            while rng < TOP:
+                if pos >= nbuf:
+                    return fail_status, 0
+                if decode:
+                    code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
+                else:
+                    if low >= 0x100000000:  # carry into the bytes written
+                        low -= 0x100000000
+                        k = pos - 1
+                        while buf[k] == 0xFF:
+                            buf[k] = 0
+                            k -= 1
+                        buf[k] += 1
+                    buf[pos] = low >> 24
+                    low = (low & 0xFFFFFF) << 8
+                pos += 1
+                rng <<= 8
+            PR[zc] = _adapt(st, bit, limit, recip[st & 0xFF])
+            zpt = zparent[zp]
+            zparent[zp] = _adapt(zpt, bit, limit, recip[zpt & 0xFF])
+            if bit == 0:
+                # ---------------- magnitude: the tree path under context mc
+                mc = ((P * bmul) >> 32) * NCONF + conf
+                mb = mbase + mc * nint
+                if not minit[mc]:   # first use of a magnitude context: the prior
+                    minit[mc] = True
+                    for k in range(nint):
+                        PR[mb + k] = (tp1[k] << 8) | N0
+                if mmax == 1:
+                    v = 1
+                elif decode:
+                    # both children and their states are loaded before the bit is known,
+                    # so the next decision waits only for a select, not for two loads
+                    node = 0
+                    st = np.int64(PR[mb])
+                    while True:
+                        c0 = child[2 * node]
+                        c1 = child[2 * node + 1]
+                        s0 = np.int64(PR[mb + max(c0, 0)])
+                        s1 = np.int64(PR[mb + max(c1, 0)])
+                        bit, rng, low, code = _code(True, 0, st >> 8, rng, low, code)
+                        while rng < TOP:
+                            if pos >= nbuf:
+                                return fail_status, 0
+                            code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
+                            pos += 1
+                            rng <<= 8
+                        PR[mb + node] = _adapt(st, bit, limit, recip[st & 0xFF])
+                        nxt = c1 if bit else c0
+                        if nxt < 0:
+                            v = -nxt
+                            break
+                        st = s1 if bit else s0
+                        node = nxt
+                else:
+                    for q in range(path_off[v], path_off[v + 1]):
+                        idx = mb + path_node[q]
+                        st = np.int64(PR[idx])
+                        bit = path_bit[q]
+                        bit, rng, low, code = _code(False, bit, st >> 8, rng, low, code)
+                        while rng < TOP:
+                            if pos >= nbuf:
+                                return fail_status, 0
+                            if decode:
+                                code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
+                            else:
+                                if low >= 0x100000000:  # carry into the bytes written
+                                    low -= 0x100000000
+                                    k = pos - 1
+                                    while buf[k] == 0xFF:
+                                        buf[k] = 0
+                                        k -= 1
+                                    buf[k] += 1
+                                buf[pos] = low >> 24
+                                low = (low & 0xFFFFFF) << 8
+                            pos += 1
+                            rng <<= 8
+                        PR[idx] = _adapt(st, bit, limit, recip[st & 0xFF])
+                # ---------------- sign (only where -v exists)
+                if v <= K:
+                    rt = rpos + rneg
+                    rb = 0 if rt == 0 else (1 if 4 * rneg < rt else (
+                        2 if 4 * rneg > 3 * rt else (3 if 2 * rneg < rt else 4)))
+                    at = agree + differ
+                    sp = 0 if sb == 0 or at == 0 else (sb if 2 * differ < at else 3 - sb)
+                    cs = csum[j]
+                    rd = sagree - sdiff
+                    cmv = 0
+                    if cs != 0 and rd != 0:
+                        cmv = 1 + ((1 if cs < 0 else 0) ^ (1 if rd < 0 else 0))
+                    mp = 0
+                    mcf = 0
+                    bs = np.int64(msc[mbest])
+                    if bs != 0:
+                        t = ring[j * mr2 + mbest]
+                        if t != 0:
+                            mp = 1 + ((1 if t < 0 else 0) ^ (1 if bs < 0 else 0))
+                            bs = abs(bs)
+                            mcf = 0 if bs < 3 else (1 if bs < 6 else (2 if bs < 12 else 3))
+                    spa = (sa * 3 + sp) * 3 + mp
+                    idx = sbase + (((spa * 4 + mcf) * 3 + cmv) * 5 + rb)
+                    st = np.int64(PR[idx])
+                    if st == 0:  # first use: start from the parent context
+                        st = (sparent[spa] & ~0xFF) | N0
+                    ps = st >> 8
+                    neg, rng, low, code = _code(decode, neg, ps, rng, low, code)
+                    while rng < TOP:
+                        if pos >= nbuf:
+                            return fail_status, 0
+                        if decode:
+                            code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
+                        else:
+                            if low >= 0x100000000:  # carry into the bytes written
+                                low -= 0x100000000
+                                k = pos - 1
+                                while buf[k] == 0xFF:
+                                    buf[k] = 0
+                                    k -= 1
+                                buf[k] += 1
+                            buf[pos] = low >> 24
+                            low = (low & 0xFFFFFF) << 8
+                        pos += 1
+                        rng <<= 8
+                    PR[idx] = _adapt(st, neg, limit, recip[st & 0xFF])
+                    spt = sparent[spa]
+                    sparent[spa] = _adapt(spt, neg, limit, recip[spt & 0xFF])
+                else:
+                    neg = 0
+            else:
+                v = 0
+                neg = 0
+        if decode:
+            sym[i] = K - v if neg else K + v
+        # ---------------- statistics (the branch repeats the zero flag's: well predicted)
+        if v == 0:
+            nz = 0
+            row_z = min(max(row_z, 0) + 1, ZCAP)
+            col_z[j] = min(max(col_z[j], 0) + 1, ZCAP)
+        else:
+            nz = 1
+            row_z = 0
+            col_z[j] = 0
+            lastnz = v
+            rneg += neg
+            rpos += 1 - neg
+            if has_ring and v <= K:   # a signed entry scores the match slots
+                sg = -1 if neg else 1
+                rb_ = j * mr2
+                for k in range(MR):
+                    msc[k] += ring[rb_ + k] * sg
+                nsg += 1
+                if nsg & 3 == 1:   # the best slot is re-chosen every 4th signed entry
+                    bsv = np.int32(-1)
+                    for k in range(MR):
+                        x = abs(msc[k])
+                        if x > bsv:
+                            bsv = x
+                            mbest = k
+            if csum[j] != 0:
+                if (csum[j] < 0) == (neg == 1):
+                    sagree += 1
+                else:
+                    sdiff += 1
+            if sb != 0:
+                same = 1 if (sb == 2) == (neg == 1) else 0
+                agree += same
+                differ += 1 - same
+            if cn > 0:
+                ron += 1 if ron < ROW_CAP else 0
+                ro += (((v << FP) - ce - ro) * mean_step[ron]) >> 16
+            sxy += lx * ((v << FP) - pb)
+            sxx += lx * lx
+        sv = nz + neg
+        cur_m[j] = v
+        cur_s[j] = sv
+        e = a
+        a = v
+        sa = sv
+        c = b
+        b = d
+        sb = up_s[j + 1]
+        d = up_m[j + 2]
+        j += 1
+        if j == cols:
+            # end of row: refit the left-error weight, update the column estimates
+            if sxx > 0:
+                wl = min(max((sxy << 8) // sxx, 0), 256)
+                while sxx >= 1 << 44:
+                    sxx >>= 1
+                    sxy >>= 1
+            if ron > 0:
+                last_off = ro
+            # this row into the match ring (its slot), before the column estimates move
+            if has_ring:
+                slot = rowi % MR
+                for k in range(cols):
+                    t = cur_m[k]
+                    q = k * mr2 + slot
+                    ring[q] = 0 if t == 0 else (1 if cur_s[k] == 1 else -1)
+                    ring[q + MR] = 1 if t == 0 else (
+                        2 if (t << FP) - col_est[k] - last_off < -MZT else 3)
+            # the column sign memory learns this row's signs relative to its polarity
+            if sagree + sdiff == 0 or sagree != sdiff:
+                pol = -1 if sdiff > sagree else 1
+                for k in range(cols):
+                    t = cur_s[k]
+                    if t != 0:
+                        csum[k] = min(max(csum[k] + (pol if t == 1 else -pol), -CSCAP), CSCAP)
+            sagree = 0
+            sdiff = 0
+            msc[:] = 0
+            mbest = 0
+            nsg = 0
+            rowi += 1
+            for k in range(cols):
+                t = cur_m[k]
+                g = 1 if t > 0 else 0
+                cnk = col_n[k]
+                cnk += g if cnk < COL_CAP else 0
+                col_n[k] = cnk
+                col_est[k] += (((((t << FP) - last_off - col_est[k]) * mean_step[cnk]) >> 16)
+                               * g)
+            up_m, cur_m = cur_m, up_m
+            up_s, cur_s = cur_s, up_s
+            a = -1
+            e = -1
+            sa = 0
+            c = -1
+            b = up_m[0]
+            sb = up_s[0]
+            d = up_m[1]
+            j = 0
+            ro = 0
+            ron = 0
+            row_z = -1
+            rpos = 0
+            rneg = 0
+            agree = 0
+            differ = 0
+    if decode:
+        return (0, 0) if code == rng >> 1 and pos == nbuf else (2, 0)
+    # flush the midpoint of the final interval: its carry, then the 4 bytes of low
+    low += rng >> 1
+    if pos + 4 > nbuf:
+        return 2, 0
+    if low >= 0x100000000:
+        low -= 0x100000000
+        k = pos - 1
+        while buf[k] == 0xFF:
+            buf[k] = 0
+            k -= 1
+        buf[k] += 1
+    for _ in range(4):
+        buf[pos] = low >> 24
+        low = (low & 0xFFFFFF) << 8
+        pos += 1
+    return 0, pos
+
+
+@njit(cache=True, nogil=True)
+def encode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                  path_node, limit, recip):  # pragma: no cover - compiled
+    """Version 3 of ``ctx_kernels.encode_kernel`` (same arguments and statuses).
+    Encode ``sym`` into ``buf``: (0, bytes written), (1, index of a symbol >= nsym) or
+    (2, 0) ``buf`` too small (byte 0 of ``buf`` is always 0)."""
+    return _run_v2(False, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
+                     path_bit, path_node, limit, recip)
+
+
+@njit(cache=True, nogil=True)
+def decode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                  path_node, limit, recip):  # pragma: no cover - compiled
+    """Version 3 of ``ctx_kernels.decode_kernel`` (same arguments and statuses).
+    Decode all of ``buf`` into ``sym``: (0, 0); (1, 0) ran out of bytes; (2, 0) did not
+    end in the encoder's final state with every byte read; (3, 0) too short or starts out
+    of range."""
+    return _run_v2(True, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
+                     path_bit, path_node, limit, recip)
