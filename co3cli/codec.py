@@ -307,7 +307,7 @@ class SameLayers:
 
 def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None,
              model=None, codebook=None, nonfinite="error", progress=False,
-             threads=None, small_layers=True) -> CodecResult:
+             threads=None, small_layers=True, level=None) -> CodecResult:
     """Compress dump ``src`` (path or ``-``) into ``.co3`` file ``dst`` (path or ``-``).
 
     Defaults: format ``fp8-e5m2``, coder ``ctx``, model ``auto``, scale rule ``absmax``.
@@ -315,6 +315,8 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
     error. ``threads``: how many threads code (None: :func:`co3cli.workers.default_threads`; the file's bytes
     do not depend on it). ``small_layers``: pool the tables of small layers into group blocks
     (``co3cli.container.plan``; never with a codebook, whose tables are per layer).
+    ``level``: the lossless formats' ``fast`` (default) or ``max`` (:mod:`co3cli.lossless`);
+    an error with any other format.
     """
     from co3cli.dump import Dump
     from co3cli.formats import get_lossless
@@ -323,8 +325,12 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
         from co3cli.lossless import compress_lossless
 
         return compress_lossless(src, dst, format=format, progress=progress, threads=threads,
+                                 level=level or "fast",
                                  scale=scale, coder=coder, coder_params=coder_params, model=model,
                                  codebook=codebook, nonfinite=nonfinite, small_layers=small_layers)
+    if level is not None:
+        raise InputError(f"--level {level} is for the lossless formats (f32-lossless, "
+                         "bf16-lossless, f16-lossless)")
     t0 = time.perf_counter()
     threads = check_threads(threads)
     book = None

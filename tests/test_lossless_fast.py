@@ -239,3 +239,23 @@ def test_header_coder_version_must_match_its_tables(tmp_path):
             w.close()
         with pytest.raises(CorruptDataError):
             decompress(tmp_path / "bad.co3", tmp_path / "out.h5")
+
+
+def test_cli_level_picks_the_table_version(tmp_path, capsys):
+    from co3cli.container import open_co3
+    from co3cli.data import SAMPLE_DATA_DIR
+    from conftest import run_cli
+
+    src = SAMPLE_DATA_DIR / "digits-mlp.h5"
+    for level, version in (("max", 1), ("fast", 2), (None, 2)):
+        out = tmp_path / f"{level}.co3"
+        code, _, err = run_cli("compress", src, "-o", out, "--format", "f32-lossless", "-q",
+                               *(["--level", level] if level else []), capsys=capsys)
+        assert code == 0, err
+        with open(out, "rb") as f:
+            assert open_co3(f).header["coder"]["version"] == version
+    for args, msg in ((["--format", "f32-lossless", "--level", "best"], "lossless level 'best'"),
+                      (["--format", "fp8-e5m2", "--level", "max"], "for the lossless formats")):
+        code, _, err = run_cli("compress", src, "-o", tmp_path / "x.co3", *args, capsys=capsys)
+        assert code != 0 and msg in err and err.count("\n") == 1, err
+        assert not (tmp_path / "x.co3").exists()
