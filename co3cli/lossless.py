@@ -5,10 +5,10 @@
     dump.h5 --read_words (the stored bits: float32, bfloat16 as uint16, float16)--> words
         --to the format's type (exact or refused)--> LosslessCoder.fit (by measurement)
         --> one table per layer; one chunk per step --> grads.co3
-        (a .co3 1.0 file: layer blocks only)
+        (layer blocks only: no groups, joined steps or references)
     grads.co3 --the table's decode--> words --back to each layer's stored type--> dump.h5
 
-The container is unchanged: the header's ``format`` is the lossless format's config
+The container is the quantized files' (``.co3`` 1.3), with layer blocks only: the header's ``format`` is the lossless format's config
 (``kind: "lossless"``), its ``coder`` ``{"id": "lossless-rans", "version": v}`` (2: the
 default fast coder, :mod:`co3cli.coding.lossless_fast`; 1: ``level="max"``, the
 neighbour-context coder of :mod:`co3cli.coding.lossless`; both decode), ``scale_rule``

@@ -255,3 +255,33 @@ def test_a_bad_deflated_table_is_refused(tiny_dump, tmp_path, monkeypatch, kind)
     with pytest.raises(CorruptDataError, match="table"):
         with open(tmp_path / "x.co3", "rb") as f:
             list(open_co3(f).layers())
+
+
+def test_joined_blocks_beyond_what_the_writer_joins_are_refused(tmp_path):
+    """A joined (LYJ) block in a file of no step, or of one step, is refused with one line
+    (it gave an IndexError in the decoder); so is one over JOIN_ENTRIES entries."""
+    from co3cli.container.decode import block_table, read_co3_setup
+    from co3cli.dump import write_dump
+    from co3cli.errors import Co3Error
+
+    rng = np.random.default_rng(3)
+    write_dump(tmp_path / "t.h5", {"a.weight": ((rng.laplace(size=(5, 72)) * 1e-2).astype(np.float32),
+                                                (8, 9))}, steps=np.arange(5))
+    compress(tmp_path / "t.h5", tmp_path / "t.co3", coder="ans", model="gennorm-zi",
+             small_layers=False, threads=1)
+    with open(tmp_path / "t.co3", "rb") as f:
+        c = open_co3(f)
+        b, h = next(c.layers()), json.loads(json.dumps(c.header))
+    assert b.joined
+    grid, coder = read_co3_setup(h)
+    table = block_table(b, grid, coder)
+    for steps, numel in (([], 72), ([0], 72), ([0, 1], 1 << 16)):
+        hh = dict(h, steps=steps, loss=None,
+                  layers=[dict(h["layers"][0], numel=numel, shape=[numel])])
+        out = io.BytesIO()
+        w = Co3Writer(out, hh)
+        w.write_layer(b.meta, b.table, Joined([1.0] * len(steps),
+                                               table.encode(np.zeros(len(steps) * 4, np.uint16))))
+        w.close()
+        with pytest.raises(Co3Error, match="joined steps"):
+            list(open_co3(out).layers())

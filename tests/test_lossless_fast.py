@@ -259,3 +259,27 @@ def test_cli_level_picks_the_table_version(tmp_path, capsys):
         code, _, err = run_cli("compress", src, "-o", tmp_path / "x.co3", *args, capsys=capsys)
         assert code != 0 and msg in err and err.count("\n") == 1, err
         assert not (tmp_path / "x.co3").exists()
+
+
+@pytest.mark.parametrize("version", [2.0, True, "2"])
+def test_a_lossless_header_version_that_is_no_integer_is_refused(version, tmp_path, capsys):
+    """JSON 2.0 equals 2 but is no table version (it gave a TypeError); true is no version."""
+    import json
+    from pathlib import Path
+
+    from co3cli.container import Co3Writer, open_co3
+    from conftest import run_cli
+
+    golden = Path(__file__).resolve().parent / "golden" / "lossless2-f32.co3"
+    with open(golden, "rb") as f:
+        c = open_co3(f)
+        blocks, h = list(c.layers()), json.loads(json.dumps(c.header))
+    h["coder"]["version"] = version
+    with open(tmp_path / "v.co3", "wb") as f:
+        w = Co3Writer(f, h)
+        for b in blocks:
+            w.write_layer(b.meta, b.table, list(zip(b.scales.tolist(), b.bodies)))
+        w.close()
+    code, _, err = run_cli("decompress", tmp_path / "v.co3", "-o", tmp_path / "v.h5", capsys=capsys)
+    assert code == 1 and err.startswith("co3: error:") and err.count("\n") == 1, err
+    assert "not one this co3cli reads" in err and not (tmp_path / "v.h5").exists()

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run_cli
 from golden.make_golden import EPOCH, HERE, SAME_CASES, SAME_SOURCE
-from hostile import SAME_LIES, build_same
+from hostile import SAME_LIES, base, build_same
 from test_golden import _blocks, _same_dump
 
 from co3cli.codec import compress, decompress
@@ -132,3 +132,50 @@ def test_golden_references_decode_and_compress_to_the_same_bytes(case, tmp_path,
                            "-q", capsys=capsys)
     assert code == 0, err
     assert _blocks(tmp_path / "o.co3") == _blocks(golden)
+
+
+def test_many_references_of_few_bytes_read_back(tmp_path):
+    """Twenty frozen (all-zero) layers of one shape over 100 steps: 19 references of 16 bytes
+    each in a file far smaller than steps x layers (the reader counts coded layers only)."""
+    src = tmp_path / "frozen.h5"
+    write_dump(src, {f"l{i}.weight": (np.zeros((100, 700), np.float32), (700,)) for i in range(20)},
+               steps=np.arange(100))
+    res = compress(src, tmp_path / "f.co3")
+    assert sum("same_as" in r for r in res.layers) == 19 and res.nbytes < 100 * 20
+    decompress(tmp_path / "f.co3", tmp_path / "d.h5")
+    with Dump.open(tmp_path / "d.h5") as d:
+        assert all(not d.read_layer(n).any() for n in d.layers)
+
+
+def test_a_big_reference_passes_the_per_block_limit_and_the_file_limit_holds(monkeypatch):
+    """A reference to a layer of more than 2**20 entries per byte of its 16-byte block reads
+    (its source's block is checked); references declaring more entries than the limit per
+    byte of the whole file are refused (the limit shrunk here, so a small file reaches it)."""
+    from co3cli.codec import encode_layer
+    from co3cli.coding import get_coder
+    from co3cli.container import Co3Writer, blocks
+    from co3cli.formats import get_grid
+
+    def build(numel, refs, zeros=True):
+        data = np.zeros((4, numel), np.float32) if zeros else \
+            np.random.default_rng(0).laplace(size=(4, numel)).astype(np.float32)
+        enc = encode_layer(data, get_grid("fp8-e5m2"), get_coder("ans"), model="gennorm-zi",
+                           shape=(numel,))
+        lays = [{"name": f"l{i}", "shape": [numel], "numel": numel} for i in range(1 + refs)]
+        out = io.BytesIO()
+        w = Co3Writer(out, dict(base()[0], layers=lays, steps=[0, 1, 2, 3]))
+        w.write_layer(enc.meta, enc.table.to_bytes(), list(zip(enc.scales.tolist(), enc.bodies)))
+        for _ in range(refs):
+            w.write_same(0)
+        w.close()
+        return out
+
+    big = (1 << 24) // 4 + 8  # 4 steps: just over 2**20 entries per byte of 16 bytes
+    got = list(open_co3(build(big, 1)).layers())
+    assert got[1].same_as == 0 and got[1].bodies == got[0].bodies
+    monkeypatch.setattr(blocks, "MAX_ENTRIES_PER_BYTE", 64)
+    assert len(list(open_co3(build(2000, 10, zeros=False)).layers())) == 11
+    f = build(2000, 100, zeros=False)
+    assert 100 * 4 * 2000 > 64 * len(f.getvalue())
+    with pytest.raises(Co3Error, match="references to equal layers declare"):
+        open_co3(f)

@@ -491,7 +491,8 @@ def lossless_setup(header: dict):
     fmt = get_lossless(header["format"].get("id"))
     coder = header["coder"]
     if fmt is None or fmt.config() != header["format"] or not isinstance(coder, dict) or \
-            coder.get("id") != CODER_ID or coder.get("version") not in LEVELS.values() or \
+            coder.get("id") != CODER_ID or type(coder.get("version")) is not int \
+            or coder["version"] not in LEVELS.values() or \
             set(coder) != {"id", "version"}:
         raise CorruptDataError(f"header's lossless format {header['format']} / coder "
                                f"{header['coder']} is not one this co3cli reads")

@@ -28,9 +28,10 @@ smaller (mode raw; a layer under ``MIN_CODED`` entries is raw without a fit).
 renormalisation words in one shared stream (the decoder reads them in the order the encoder,
 running backwards, wrote them last), frequencies summing to ``2**precision``
 (``precision`` 10..15). The encoder divides by exact reciprocals (F. Giesen's ryg_rans
-``RansEncSymbol``, exact for states below ``2**31``); the decoder looks each slot up in one
-table of ``2**precision`` 64-bit entries (the symbol's word, its mantissa width, ``f``,
-``slot - start``), so a word costs a lookup, a multiply-add and a few shifts.
+``RansEncSymbol``, exact for states below ``2**31``); the decoder looks each slot up in two
+tables of ``2**precision`` uint32 entries (``f | (slot - start) << 16``, and the symbol's
+word without its low mantissa bits, their count in the low 5 bits), so a word costs a
+lookup, a multiply-add and a few shifts.
 
 **Table** (``to_bytes``; the ``.co3`` layer block's table)::
 

@@ -59,7 +59,7 @@ the feature flag (any 1.x file may hold one), and files without one keep their b
 Equal layers (``LYE``): a layer holding exactly the values of an earlier layer of the same
 shape (tied weights recorded twice; a dump's ``raw`` and ``corrected`` streams when the error
 feedback is off) is a 16-byte reference to it: ``source`` is an earlier layer coded in a block of
-its own (``LYR`` or ``LYS``, never a group member or another reference), and the reader hands
+its own (``LYR``, ``LYS`` or ``LYJ``, never a group member or another reference), and the reader hands
 back that block's table, scales and chunks under the new layer's index (its payload: 0 bytes).
 Like ``LYS``, the tag is the feature flag: files without an equal layer keep their bytes.
 
@@ -98,7 +98,10 @@ naming the limit, before anything big is allocated; memory stays bounded on host
 ``MAX_ENTRIES``        entries of one layer (steps x numel): at most 2**31
 entries per byte       at most 2**20 entries per byte of a block (no coder comes near: a
                        lie about numel is refused before decoding)
-steps x layers         at most the file size (every chunk costs bytes in the file)
+steps x layers         at most the file size over the layers coded in chunks (every chunk
+                       costs bytes); an equal-layer reference (``LYE``, 16 bytes) counts its
+                       entries against the whole file instead: at most 2**20 per byte of it
+joined blocks          2 steps or more and at most ``JOIN_ENTRIES`` (2**16) entries a layer
 =====================  ==================================================================
 
 Layer names must be distinct, non-empty relative HDF5 paths, none a folder of another.

@@ -17,6 +17,7 @@ from co3cli.container.hdict import deflate, stream_dict_id
 from co3cli.container.header import (COMPACT_MINOR, MAX_CHUNK, MAX_ENTRIES_PER_BYTE, MAX_HEADER,
                                      MAX_META, MAX_TABLE, STEP_CONTEXT_MINOR, header_problem,
                                      inflate, inflate_raw, parse_json, step_context)
+from co3cli.container.plan import JOIN_ENTRIES, joinable
 from co3cli.container.tableset import (KIND_RAW, STEPS_TAG, pack_tableset, parse_tableset,
                                        representative_table)
 from co3cli.errors import CorruptDataError, InputError
@@ -226,10 +227,15 @@ class LayerBlock:
         return self.nbytes - self.payload_bytes
 
 
-def _read_chunks(buf, pos: int, end: int, nsteps: int, what: str, joined: bool = False):
-    """``nsteps`` chunks from ``buf[pos:end]`` (``joined``: ``nsteps`` scales and one body):
-    (scales, bodies, payload bytes, position after)."""
+def _read_chunks(buf, pos: int, end: int, nsteps: int, what: str, joined: bool = False,
+                 numel: int = 0):
+    """``nsteps`` chunks from ``buf[pos:end]`` (``joined``: ``nsteps`` scales and one body of
+    ``nsteps x numel`` symbols): (scales, bodies, payload bytes, position after)."""
     if joined:
+        if not joinable(nsteps, numel):  # what the writer joins (two steps or more, few entries)
+            raise CorruptDataError(f"{what}: joined steps ({nsteps} x {numel} entries) beyond "
+                                   f"what a joined block holds (2 steps or more, at most "
+                                   f"{JOIN_ENTRIES} entries)")
         if pos + 4 * nsteps >= end:
             raise CorruptDataError(f"{what}: scales overrun the block")
         scales = np.frombuffer(buf, dtype="<f4", count=nsteps, offset=pos).astype(np.float32)
@@ -378,7 +384,7 @@ class Co3File:
                                        "each step given the previous one")
             table = representative_table(groups, self.header)
         scales, bodies, payload, pos = _read_chunks(buf, pos, end, len(self.header["steps"]),
-                                                    f"layer {i}", joined)
+                                                    f"layer {i}", joined, lay["numel"])
         if pos != end:
             raise CorruptDataError(f"layer {i}: {end - pos} unexpected bytes after its chunks")
         _check_scales(scales, f"layer {i} ({lay['name']})")
@@ -434,7 +440,7 @@ class Co3File:
                 raise CorruptDataError(f"{what}: member {prev + 1 + gap} where the layer index "
                                        f"has layer {i}")
             scales, bodies, payload, pos = _read_chunks(buf, pos, end, nsteps, f"layer {i}",
-                                                        joined)
+                                                        joined, self.header["layers"][i]["numel"])
             name = self.header["layers"][i]["name"]
             out[i] = LayerBlock(i, name, {**meta, **per_layer.get(str(i), {})}, table, scales,
                                 bodies, 0, payload, refs[0], cache, joined=joined,
@@ -508,7 +514,7 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
         raise CorruptDataError(f"{name}: coder {header['coder']['id']!r} codes steps in context "
                                f"but the file says version {major}.{minor} (needs 1.2)")
     nlayers = len(header["layers"])
-    if len(header["steps"]) * nlayers > size:
+    if len(header["steps"]) > size:
         raise CorruptDataError(f"{name}: header declares {len(header['steps'])} steps x {nlayers} "
                                f"layers, more chunks than a {size}-byte file can hold")
     end, offsets, file_crc = read_trailer(f, size, _PRE.size + hlen + 4, nlayers, minor, name,
@@ -526,9 +532,22 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
     offsets = offsets()
     stops, refs = _block_index(offsets, _PRE.size + hlen + 4, end, minor, name)
     nsteps = len(header["steps"])
+    chunked, referenced = 0, 0
     for a, b in stops.items():
         entries = nsteps * sum(header["layers"][i]["numel"] for i in refs[a])
+        if b - a == _SAME.size + 4 and len(refs[a]) == 1:
+            f.seek(a)
+            if f.read(4) == SAME_TAG:  # a reference: its entries are its source block's
+                referenced += entries
+                continue
+        chunked += len(refs[a])
         if entries > MAX_ENTRIES_PER_BYTE * (b - a):
             raise CorruptDataError(f"{name}: layer {refs[a][0]} declares {entries} entries "
                                    f"(steps x numel), more than its {b - a}-byte block can hold")
+    if nsteps * chunked > size:
+        raise CorruptDataError(f"{name}: header declares {nsteps} steps x {chunked} coded "
+                               f"layers, more chunks than a {size}-byte file can hold")
+    if referenced > MAX_ENTRIES_PER_BYTE * size:  # references amplify no more than blocks do
+        raise CorruptDataError(f"{name}: references to equal layers declare {referenced} "
+                               f"entries, more than a {size}-byte file may hold")
     return Co3File(f, size, header, offsets, (major, minor), end, stops, refs)
