@@ -32,7 +32,6 @@ from co3cli import segments, tables
 from co3cli.coding import get_coder, row_length
 from co3cli.container import (Co3Writer, Joined, join_config, joinable, open_co3, plan_config,
                               plan_groups, plan_units, step_context, table_field_bytes)
-from co3cli.container.framing import uvarint
 from co3cli.container.decode import (block_table, decode_block, iter_decode_block,  # noqa: F401
                                      read_co3_setup, step_tables)  # (decode_block, iter_decode_block,
 # block_table: re-exported)
@@ -41,6 +40,7 @@ from co3cli.fileio import created_timestamp, input_path, output_file
 from co3cli.formats import get_grid
 from co3cli.progress import progress_iter
 from co3cli.quantize import TIE_RULE, dequantize, dequantize_table
+from co3cli.varint import uvarint
 from co3cli.workers import Workers, check_threads, map_rows, pipeline
 
 

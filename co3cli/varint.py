@@ -7,6 +7,16 @@ import numpy as np
 from co3cli.errors import CorruptDataError
 
 
+def uvarint(n: int) -> bytes:
+    """One LEB128 varint (the bytes :func:`uvarints_to_bytes` writes for it), without numpy."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def uvarints_to_bytes(values) -> bytes:
     """Encode non-negative integers (< 2**63) as LEB128 varints, vectorised."""
     v = np.asarray(values, dtype=np.uint64).ravel()

@@ -60,7 +60,7 @@ import numpy as np
 
 from co3cli.coding import lossless_kernels as K
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
+from co3cli.varint import uvarint, uvarints_from_bytes, uvarints_to_bytes
 
 VERSION = 2
 MODE_RAW, MODE_RANS = 0, 1
@@ -71,16 +71,6 @@ MIN_CODED = 128  # entries below which a layer is stored raw without a fit (its 
 # layer of the benchmark dumps)
 _STATUS = {K.E_SHORT: "runs out before its end", K.E_STATE: "ends in the wrong coder state",
            K.E_LEFT: "has bytes left over"}
-
-
-def _uvarint(n: int) -> bytes:
-    """One LEB128 varint (the chunk's word count: per chunk, not per entry)."""
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _read_uvarint(body: bytes) -> tuple[int, int]:
@@ -238,7 +228,7 @@ class FastTable:
         st = states.astype("<u4").tobytes()
         rw = rw.astype("<u2", copy=False)
         p8 = packed.astype("<u4", copy=False).view(np.uint8)
-        return [b"".join((_uvarint(n + 4 - int(start)), st[16 * r:16 * r + 16],
+        return [b"".join((uvarint(n + 4 - int(start)), st[16 * r:16 * r + 16],
                           rw[r, start:].tobytes(), p8[r, :(int(nbits) + 7) // 8].tobytes()))
                 for r, (start, nbits) in enumerate(meta)]
 

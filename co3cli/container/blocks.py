@@ -12,7 +12,7 @@ from typing import BinaryIO, Iterator
 import numpy as np
 
 from co3cli.container.framing import (TABLE_DEFLATED, read_trailer, read_uvarint,
-                                      table_field, trailer_bytes, uvarint)
+                                      table_field, trailer_bytes)
 from co3cli.container.hdict import deflate, stream_dict_id
 from co3cli.container.header import (COMPACT_MINOR, MAX_CHUNK, MAX_ENTRIES_PER_BYTE, MAX_HEADER,
                                      MAX_META, MAX_TABLE, STEP_CONTEXT_MINOR, header_problem,
@@ -22,6 +22,7 @@ from co3cli.container.tableset import (KIND_RAW, STEPS_TAG, pack_tableset, parse
                                        representative_table)
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.fileio import CO3_MAGIC, misplaced
+from co3cli.varint import uvarint
 
 MAGIC = CO3_MAGIC  # b"CO3\x89GRD\n"
 END_MAGIC = b"\x89CO3END"

@@ -8,20 +8,11 @@ import zlib
 
 from co3cli.container.header import COMPACT_MINOR
 from co3cli.errors import CorruptDataError
+from co3cli.varint import uvarint
 
 _U32 = struct.Struct("<I")
 TRAILER_HEAD = struct.Struct("<4sI")  # "END\0", layer count
 _TRAILER_TAIL = struct.Struct("<II")  # 1.3: trailer length, file CRC (then the end magic)
-
-
-def uvarint(n: int) -> bytes:
-    """One LEB128 varint (the bytes ``varint.uvarints_to_bytes`` writes for it)."""
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def read_uvarint(buf, pos: int, end: int, what: str) -> tuple[int, int]:

@@ -19,10 +19,11 @@ any 1.x file accepts it; a co3cli before it refuses the block ("bad block tag").
 
 from __future__ import annotations
 
-from co3cli.container.framing import read_uvarint, uvarint
+from co3cli.container.framing import read_uvarint
 from co3cli.container.header import MAX_TABLE
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.segments import KIND_RAW, KIND_TABLE
+from co3cli.varint import uvarint
 
 STEPS_TAG = b"LYS\0"
 KINDS = (KIND_TABLE, KIND_RAW)
