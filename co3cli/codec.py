@@ -325,7 +325,7 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
         from co3cli.lossless import compress_lossless
 
         return compress_lossless(src, dst, format=format, progress=progress, threads=threads,
-                                 level=level or "fast",
+                                 level="fast" if level is None else level,
                                  scale=scale, coder=coder, coder_params=coder_params, model=model,
                                  codebook=codebook, nonfinite=nonfinite, small_layers=small_layers)
     if level is not None:

@@ -138,7 +138,11 @@ class Registry(Generic[T]):
                              f"{self.allowed()}")
         params = dict(config)
         key = params.pop("id")
-        defaults = getattr(self.get(key), "PARAMS", {})
+        entry = self.get(key)
+        defaults = getattr(entry, "PARAMS", {})
+        for k, v in getattr(entry, "CONFIG_DEFAULTS", {}).items():  # what a config without
+            if k in defaults:  # the key meant (written before the parameter existed)
+                params.setdefault(k, v)
         nulls = sorted(k for k, v in params.items() if v is None and defaults.get(k) is not None)
         if nulls:  # a config states its values: null is not "the default" here
             raise InputError(f"{self.kind} {key!r} config: {', '.join(nulls)} is null")

@@ -464,3 +464,17 @@ def test_match_model_ring_sizes_round_trip(rng, rows, cols, nsym):
         for bad in (blob[:-1], blob + b"\x00"):
             with pytest.raises(CorruptDataError):
                 table.decode(bad, n, cols=cols)
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_config_round_trip_keeps_the_model_version(version):
+    """``config()`` leaves version 1 out (files from before version 3 carry no such key); a
+    config without it means version 1, so ``from_config`` rebuilds the same coder (a
+    codebook built with version 1 hands out version-1 tables)."""
+    from co3cli.coding import CODERS
+
+    c = CODERS.build("ctx", model_version=version)
+    back = CODERS.from_config(c.config())
+    assert back.config() == c.config() and back.model_version == version
+    assert back.table_from_weights(np.ones(7)).model_version == version
+    assert CODERS.build("ctx").model_version == 3  # what is written now

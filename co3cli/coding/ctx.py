@@ -343,6 +343,8 @@ class CtxCoder(Configurable):
 
     id, kind = "ctx", "coder"
     PARAMS = {"precision": 16, "limit": 60, "model_version": MODEL_VERSION}
+    CONFIG_DEFAULTS = {"model_version": 1}  # a config without it (``config()``, files and
+    # codebooks from before version 3) means version 1: ``from_config`` round-trips
     TABLE = CtxTable
 
     def check(self) -> None:
