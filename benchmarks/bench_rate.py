@@ -701,17 +701,23 @@ def render_check(rows: list[dict]) -> str:
     return "\n".join(L)
 
 
-def capture_check_dumps(tmp: str, quick: bool) -> list:
-    """The held-out dumps of the check table (``CHECK_TASKS``; quick: 20 steps, every 5)."""
+def capture_dumps(tmp: str, tasks) -> list:
+    """Capture ``tasks`` ((name, task, steps, every) each, seed 0) into ``tmp``: the check's
+    (name, path, source) rows."""
     from co3cli.capture import capture
 
     out = []
-    for task, steps, every in CHECK_TASKS:
-        steps, every = (20, 5) if quick else (steps, every)
-        dst = os.path.join(tmp, f"{task}.h5")
+    for name, task, steps, every in tasks:
+        dst = os.path.join(tmp, f"{name}.h5")
         capture(task, dst, steps=steps, every=every, progress=False, threads=1, seed=0)
-        out.append((task, dst, f"captured: {task}, {steps} steps, every {every}, seed 0"))
+        out.append((name, dst, f"captured: {task}, {steps} steps, every {every}, seed 0"))
     return out
+
+
+def capture_check_dumps(tmp: str, quick: bool) -> list:
+    """The held-out dumps of the check table (``CHECK_TASKS``; quick: 20 steps, every 5)."""
+    return capture_dumps(tmp, [(task,) + ((task, 20, 5) if quick else (task, steps, every))
+                               for task, steps, every in CHECK_TASKS])
 
 
 TINY_TASKS = [("digits-cnn-3steps", "digits-cnn", 3, 1), ("digits-resnet-tiny-3steps",
@@ -722,14 +728,7 @@ FL_RUNS = [("fl-transmitted-g0", 0.0), ("fl-transmitted-g0.7", 0.7)]  # 40 round
 def tiny_check_dumps(tmp: str) -> list:
     """Held-out captures of a few thousand entries (``TINY_TASKS``): where a file's fixed
     bytes weigh most."""
-    from co3cli.capture import capture
-
-    out = []
-    for name, task, steps, every in TINY_TASKS:
-        dst = os.path.join(tmp, f"{name}.h5")
-        capture(task, dst, steps=steps, every=every, progress=False, threads=1, seed=0)
-        out.append((name, dst, f"captured: {task}, {steps} steps, every {every}, seed 0"))
-    return out
+    return capture_dumps(tmp, TINY_TASKS)
 
 
 def fl_check_dumps(tmp: str, quick: bool) -> list:
@@ -757,8 +756,6 @@ def main_check(args) -> None:
     the held-out ``CHECK_TASKS`` (or ``--dumps``)."""
     import torch
 
-    from co3cli.capture import capture
-
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     tmpctx = tempfile.TemporaryDirectory(prefix="bench-rate-check-")
@@ -769,11 +766,8 @@ def main_check(args) -> None:
     else:
         dumps = [("mnist5k-mlp", str(SAMPLE_DATA_DIR / "mnist5k-mlp.h5"), "bundled"),
                  ("digits-mlp", str(SAMPLE_DATA_DIR / "digits-mlp.h5"), "bundled")]
-        for name, task, steps, every in (("mnist5k-cnn", "mnist5k-cnn", 40 if args.quick else 100, 10),
-                                         ("mnist5k-mlp-long", "mnist5k-mlp", 40 if args.quick else 200, 1)):
-            dst = os.path.join(tmp, f"{name}.h5")
-            capture(task, dst, steps=steps, every=every, progress=False, threads=1, seed=0)
-            dumps.append((name, dst, f"captured: {task}, {steps} steps, every {every}, seed 0"))
+        dumps += capture_dumps(tmp, [("mnist5k-cnn", "mnist5k-cnn", 40 if args.quick else 100, 10),
+                                     ("mnist5k-mlp-long", "mnist5k-mlp", 40 if args.quick else 200, 1)])
         dumps += capture_check_dumps(tmp, args.quick)
         dumps += tiny_check_dumps(tmp) + fl_check_dumps(tmp, args.quick)
     rows = check_defaults(dumps, tmp)

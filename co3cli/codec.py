@@ -282,19 +282,17 @@ class SameLayers:
     what coding the layer again would."""
 
     def __init__(self, names: list[str], dump, groups: list[list[int]]):
+        from collections import Counter
+
         grouped = {i for g in groups for i in g}
-        shapes: dict[tuple, int] = {}
-        for i, name in enumerate(names):
-            if i not in grouped:
-                shapes[tuple(dump.shape(name))] = shapes.get(tuple(dump.shape(name)), 0) + 1
-        self._hashed = {i for i, name in enumerate(names)
-                        if i not in grouped and shapes[tuple(dump.shape(name))] > 1}
-        self._shape = {i: tuple(dump.shape(names[i])) for i in self._hashed}
+        alone = {i: tuple(dump.shape(name)) for i, name in enumerate(names) if i not in grouped}
+        repeats = Counter(alone.values())
+        self._shape = {i: shape for i, shape in alone.items() if repeats[shape] > 1}  # hashed
         self._seen: dict[tuple, int] = {}
 
     def source(self, i: int, data: np.ndarray) -> int | None:
         """The earlier layer layer ``i`` equals (``data``: its values), or None."""
-        if i not in self._hashed:
+        if i not in self._shape:
             return None
         import hashlib
 
@@ -304,6 +302,7 @@ class SameLayers:
         if src is None:
             self._seen[key] = i
         return src
+
 
 def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None,
              model=None, codebook=None, nonfinite="error", progress=False,
