@@ -140,7 +140,11 @@ def test_rng_state_and_threads_are_left_alone(tmp_path):
     assert torch.get_num_threads() == threads
 
 
-@pytest.mark.parametrize("task", sorted(TASKS))
+_HEAVY_TASKS = {"stdlib-charlm", "mnist5k-resnet-large"}  # 20-50 s each (the test-set evaluation)
+
+
+@pytest.mark.parametrize("task", [pytest.param(t, marks=pytest.mark.slow) if t in _HEAVY_TASKS
+                                  else t for t in sorted(TASKS)])
 def test_every_task_runs(tmp_path, task):
     s = capture(task, tmp_path / "d.h5", steps=1, batch_size=8, progress=False)
     assert s.steps_recorded == 1 and np.isfinite(s.final_loss)

@@ -27,6 +27,7 @@ def metric_rows(run):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow  # ~25 s: two runs and a torchrun launch (CI's slow pass runs it)
 def test_torchrun_engine_matches_in_process_bit_for_bit(tmp_path):
     # 5 clients multiplexed over 2 client ranks, 4 of 5 taking part per round, error feedback,
     # a stochastic-free codec with refits: same model bits, same bytes, same metrics
@@ -125,6 +126,7 @@ def test_cli_torchrun_engine_and_errors(tmp_path, capsys):
     assert code == 1 and "--nproc 1 must be >= 2" in err
 
 
+@pytest.mark.slow  # ~25 s: two runs and a torchrun launch (CI's slow pass runs it)
 def test_stragglers_in_federated_training_same_in_both_engines(tmp_path):
     # each client's backward products go through an ew-uep code with a deadline; the seeded
     # straggler draws are per client, so the torchrun engine reproduces the in-process run
