@@ -3,7 +3,7 @@
 
 Data flow, per layer (all steps) and per step::
 
-    words (steps, numel) --one counting pass (hist2)--> counts at every k --> FastTable
+    words (steps, numel) --one counting pass (hist_or)--> counts at every k --> FastTable
         (k, t, precision, one order-0 table; or raw), the smallest by the counts' cost
     one step's words --encode2 (one kernel)--> 4-lane rANS payload + packed mantissa bits
     chunk body --decode2 (one kernel: table lookup, lanes, bit unpacking)--> words
@@ -56,33 +56,24 @@ it is measured against is ZipNN (M. Hershcovitch et al., arXiv:2411.05239).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from co3cli.coding import lossless_kernels as K
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.varint import uvarint, uvarints_from_bytes, uvarints_to_bytes
+from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
 
 VERSION = 2
 MODE_RAW, MODE_RANS = 0, 1
 PRECISION_RANGE = range(10, 16)
 PER_CHUNK = 18  # bytes of a chunk's lane states and length varint
+_LITTLE = sys.byteorder == "little"
 MIN_CODED = 128  # entries below which a layer is stored raw without a fit (its table's
 # 8 + 3 per present symbol bytes exceed what coding saves: the fit chose raw on every such
 # layer of the benchmark dumps)
 _STATUS = {K.E_SHORT: "runs out before its end", K.E_STATE: "ends in the wrong coder state",
            K.E_LEFT: "has bytes left over"}
-
-
-def _read_uvarint(body: bytes) -> tuple[int, int]:
-    """(value, bytes used) of the shortest-form varint (at most 9 bytes) starting ``body``."""
-    n = 0
-    for i, b in enumerate(body[:9]):
-        n |= (b & 0x7F) << 7 * i
-        if b < 0x80:
-            if b == 0 and i:
-                raise CorruptDataError("lossless chunk length: a varint not in its shortest form")
-            return n, i + 1
-    raise CorruptDataError("lossless chunk length: truncated or longer than 9 bytes")
 
 
 def normalize(counts: np.ndarray, precision: int) -> np.ndarray:
@@ -91,6 +82,9 @@ def normalize(counts: np.ndarray, precision: int) -> np.ndarray:
     overshoots). InputError when more symbols are present than slots."""
     M = 1 << precision
     counts = np.asarray(counts, dtype=np.int64)
+    out = np.empty(counts.size, dtype=np.uint32)
+    if counts.size and counts.max() > 0 and K.normalize_unique(counts, precision, out):
+        return out  # (the same frequencies as below, where no tie is broken)
     pos = np.flatnonzero(counts)
     if pos.size > M:
         raise InputError(f"precision: 2**{precision} slots cannot hold {pos.size} symbols")
@@ -195,14 +189,11 @@ class FastTable:
         slot's offset in its range << 16, and its word without the low mantissa bits (their
         count in the low 5 bits)."""
         if self._tab is None:
-            lay = self.layout
-            s = np.arange(self.nsym, dtype=np.uint64)
-            mag_bits, low_shift = lay.bits - 1, lay.bits - 1 - self.ek
-            hw = np.where(s >= self.zbase, (s - np.uint64(self.zbase)) << np.uint64(mag_bits),
-                          (s << np.uint64(low_shift)) | np.uint64(self.width))
-            sym = np.repeat(np.arange(self.nsym), self.freqs.astype(np.int64))
-            off = np.arange(1 << self.precision, dtype=np.uint32) - self.cum[sym]
-            self._tab = (self.freqs[sym] | off << np.uint32(16), hw[sym].astype(np.uint32))
+            M = 1 << self.precision
+            self._tab = (np.empty(M, dtype=np.uint32), np.empty(M, dtype=np.uint32))
+            mag_bits = self.layout.bits - 1
+            K.slot_tables2(self.freqs, self.cum, self.zbase, mag_bits, mag_bits - self.ek,
+                           self.width, *self._tab)
         return self._tab
 
     def encode(self, words, cols=None) -> bytes:
@@ -225,12 +216,15 @@ class FastTable:
         if K.encode_many(words, self.params, *self._enc_tables(), rw, packed, states, meta):
             raise InputError("lossless table: a symbol of these words has no frequency (the "
                              "table was fitted to other data)")
-        st = states.astype("<u4").tobytes()
-        rw = rw.astype("<u2", copy=False)
-        p8 = packed.astype("<u4", copy=False).view(np.uint8)
-        return [b"".join((uvarint(n + 4 - int(start)), st[16 * r:16 * r + 16],
-                          rw[r, start:].tobytes(), p8[r, :(int(nbits) + 7) // 8].tobytes()))
-                for r, (start, nbits) in enumerate(meta)]
+        if not _LITTLE:  # (frame_many copies the native bytes)
+            rw.byteswap(inplace=True)
+            packed.byteswap(inplace=True)
+        out = np.empty(steps * (10 + 16 + 2 * (n + 4)) + packed.nbytes, dtype=np.uint8)
+        ends = np.empty(steps + 1, dtype=np.int64)
+        ends[0] = 0
+        K.frame_many(n, rw, packed, states, meta, out, ends[1:])
+        buf = out[:ends[-1]].tobytes()
+        return [buf[a:b] for a, b in zip(ends[:-1].tolist(), ends[1:].tolist())]
 
     def decode(self, body: bytes, n: int, cols=None) -> np.ndarray:
         """Chunk body -> ``n`` words (CorruptDataError unless it is exactly one step's)."""
@@ -241,27 +235,24 @@ class FastTable:
         step, unless each body is exactly one step's)."""
         dt = self.layout.word_dtype
         if self.mode == MODE_RAW:
-            out = np.empty((len(bodies), n), dtype=dt)
-            for r, body in enumerate(bodies):
-                if len(body) != n * dt.itemsize:
-                    raise CorruptDataError(f"step {r}: lossless raw chunk: {len(body)} bytes for "
-                                           f"{n} words")
-                out[r] = np.frombuffer(body, dtype=dt.newbyteorder("<"))
-            return out
+            sizes = [len(body) for body in bodies]
+            if sizes.count(n * dt.itemsize) != len(sizes):
+                r = next(i for i, m in enumerate(sizes) if m != n * dt.itemsize)
+                raise CorruptDataError(f"step {r}: lossless raw chunk: {sizes[r]} bytes for "
+                                       f"{n} words")
+            le = np.frombuffer(b"".join(bodies), dtype=dt.newbyteorder("<"))
+            return le.astype(dt).reshape(len(bodies), n)
         offs = np.empty((len(bodies), 5), dtype=np.int64)
-        base = 0
-        for r, body in enumerate(bodies):
-            try:
-                nw, pos = _read_uvarint(body)
-            except CorruptDataError as e:
-                raise CorruptDataError(f"step {r}: {e}") from None
-            tail = len(body) - pos - 16 - 2 * nw
-            if tail < 0 or nw > n or tail > (n * self.width + 7) // 8:
-                raise CorruptDataError(f"step {r}: lossless chunk: {nw} words and {tail} bytes "
-                                       f"of mantissa bits do not fit {n} words")
-            offs[r] = base + pos, nw, base + pos + 16, base + pos + 16 + 2 * nw, tail
-            base += len(body)
+        starts = np.zeros(len(bodies) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in bodies], out=starts[1:])
         buf = np.frombuffer(b"".join(bodies), dtype=np.uint8)
+        r = K.parse_many(buf, starts, n, self.width, offs)
+        if r >= 0:
+            if offs[r, 0] == K.E_VARINT:
+                raise CorruptDataError(f"step {r}: lossless chunk length: a varint truncated, "
+                                       "longer than 9 bytes or not in its shortest form")
+            raise CorruptDataError(f"step {r}: lossless chunk: {offs[r, 1]} words and "
+                                   f"{offs[r, 4]} bytes of mantissa bits do not fit {n} words")
         out = np.empty((len(bodies), n), dtype=dt)
         status = np.zeros(len(bodies), dtype=np.int64)
         K.decode_many(buf, offs, *self.slot_tables, self.params, np.empty(n + 1, np.uint16),
@@ -285,32 +276,21 @@ def fit_fast(words: np.ndarray, layout, cols=None) -> FastTable:
     if words.size < MIN_CODED:  # a table costs more than coding can save
         return FastTable(layout, MODE_RAW)
     E, M, mag = layout.exp_bits, layout.man_bits, layout.bits - 1
-    top = mag - E - layout.max_k
     hist = np.zeros(1 << (1 + E + layout.max_k), dtype=np.int64)
     extra = np.zeros(3, dtype=np.int64)
-    K.hist2(words, mag, top, hist, extra)
+    K.hist_or(words.reshape(steps, -1), mag - E - layout.max_k, hist, extra)
     zp, zn, low = int(extra[0]), int(extra[1]), int(extra[2])
     hist[0] -= zp
     hist[hist.size // 2] -= zn
-    nnz = words.size - zp - zn
     man = low & ((1 << M) - 1)
     t0 = M if man == 0 else (man & -man).bit_length() - 1
-    best = (words.size * layout.bits / 8 + 3, None)
-    for k in range(layout.max_k, -1, -1):
-        if k < layout.max_k:  # one top mantissa bit fewer: adjacent bins
-            hist = hist[0::2] + hist[1::2]
-        counts = np.concatenate([hist, [zp, zn]])
-        c = counts[counts > 0]
-        if c.size > 1 << 14:
-            continue
-        # the order-0 code length (the frequencies' rounding adds ~0.1 %: same for every k)
-        bits = float(c.sum() * np.log2(c.sum()) - (c * np.log2(c)).sum())
-        t = min(t0, M - k)
-        size = (bits + nnz * (M - k - t)) / 8 + 8 + 3 * c.size + steps * PER_CHUNK
-        if size < best[0]:
-            best = (size, (k, t, counts, c.size))
-    if best[1] is None:
+    counts = np.empty(hist.size + 2, dtype=np.int64)
+    # for every k (top mantissa bits in the symbol): the order-0 code length, the mantissa
+    # bits, the table's bytes and the chunks' framing; the smallest wins, if below raw
+    k, t, present = K.choose_k(hist, zp, zn, words.size - zp - zn, t0, M, layout.max_k,
+                               words.size * layout.bits / 8 + 3, steps, PER_CHUNK, counts)
+    if k < 0:
         return FastTable(layout, MODE_RAW)
-    k, t, counts, present = best[1]
     prec = 12 if present <= 1 << 11 else 14
+    counts = counts[:(1 << (1 + E + k)) + 2]
     return FastTable(layout, MODE_RANS, k, t, prec, normalize(counts, prec))
