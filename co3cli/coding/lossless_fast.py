@@ -79,18 +79,18 @@ _STATUS = {K.E_SHORT: "runs out before its end", K.E_STATE: "ends in the wrong c
 def normalize(counts: np.ndarray, precision: int) -> np.ndarray:
     """Frequencies (uint32, summing to ``2**precision``) of ``counts``: every present symbol
     >= 1, the rest by largest remainder (taken back from the largest when the floor of 1
-    overshoots). InputError when more symbols are present than slots."""
+    overshoots). InputError when more symbols are present than slots. (The scaling is a
+    kernel; the choice among equal remainders is numpy's ``argpartition``, as it always
+    was: the bytes depend on it.)"""
     M = 1 << precision
-    counts = np.asarray(counts, dtype=np.int64)
-    out = np.empty(counts.size, dtype=np.uint32)
-    if counts.size and counts.max() > 0 and K.normalize_unique(counts, precision, out):
-        return out  # (the same frequencies as below, where no tie is broken)
-    pos = np.flatnonzero(counts)
-    if pos.size > M:
-        raise InputError(f"precision: 2**{precision} slots cannot hold {pos.size} symbols")
-    x = counts[pos] * (M / counts[pos].sum())
-    f = np.maximum(1, np.floor(x)).astype(np.int64)
-    gap = M - int(f.sum())
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    idx = np.empty(counts.size, dtype=np.int64)
+    x = np.empty(counts.size)
+    f = np.empty(counts.size, dtype=np.int64)
+    m, gap = K.normalize_floor(counts, precision, idx, x, f) if counts.any() else (0, 0)
+    if m > M:
+        raise InputError(f"precision: 2**{precision} slots cannot hold {m} symbols")
+    x, f = x[:m], f[:m]
     if gap > 0:
         f[np.argpartition(f - x, gap - 1)[:gap]] += 1
     while gap < 0:  # the floor of 1 overshot: take from the largest
@@ -99,7 +99,7 @@ def normalize(counts: np.ndarray, precision: int) -> np.ndarray:
         f[np.argpartition(-room, take - 1)[:take]] -= 1
         gap += take
     out = np.zeros(counts.size, dtype=np.uint32)
-    out[pos] = f
+    out[idx[:m]] = f
     return out
 
 

@@ -597,46 +597,25 @@ def choose_k(hist, zp, zn, nnz, t0, man_bits, max_k, raw_size, steps, per_chunk,
 
 
 @njit(cache=True, nogil=True)
-def normalize_unique(counts, precision, out):
-    """``lossless_fast.normalize`` where its choice is unique: returns False (``out``
-    undefined) when the rounding would break a tie (the caller then takes numpy's), else the
-    frequencies are in ``out``."""
-    M = 1 << precision
-    m = 0
+def normalize_floor(counts, precision, idx, x, f):
+    """The first step of ``lossless_fast.normalize``: per present symbol (``idx``, in
+    order) its scaled count ``x = count * (2**precision / total)`` and ``f = max(1,
+    floor(x))``, the same float64 operations as numpy's. Returns (present symbols, slots
+    left to hand out)."""
     tot = 0
     for c in counts:
-        if c > 0:
-            m += 1
-            tot += c
-    idx = np.empty(m, dtype=np.int64)
-    x = np.empty(m)
-    f = np.empty(m, dtype=np.int64)
-    j = 0
-    scale = M / tot
+        tot += c
+    scale = (1 << precision) / tot
+    m = 0
     fs = 0
     for s in range(counts.size):
-        out[s] = 0
         if counts[s] > 0:
-            idx[j] = s
-            x[j] = counts[s] * scale
-            f[j] = max(1, np.int64(np.floor(x[j])))
-            fs += f[j]
-            j += 1
-    gap = M - fs
-    if gap < 0:
-        return False
-    if gap > 0:
-        d = f - x
-        sd = np.sort(d)
-        v = sd[gap - 1]
-        if gap < m and sd[gap] == v:
-            return False
-        for j in range(m):
-            if d[j] <= v:
-                f[j] += 1
-    for j in range(m):
-        out[idx[j]] = f[j]
-    return True
+            idx[m] = s
+            x[m] = counts[s] * scale
+            f[m] = max(1, np.int64(np.floor(x[m])))
+            fs += f[m]
+            m += 1
+    return m, (1 << precision) - fs
 
 
 @njit(cache=True, nogil=True)
