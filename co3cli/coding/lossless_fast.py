@@ -62,13 +62,14 @@ import numpy as np
 
 from co3cli.coding import lossless_kernels as K
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.varint import uvarints_from_bytes, uvarints_to_bytes
+from co3cli.varint import uvarint, uvarints_from_bytes, uvarints_to_bytes
 
 VERSION = 2
 MODE_RAW, MODE_RANS = 0, 1
 PRECISION_RANGE = range(10, 16)
 PER_CHUNK = 18  # bytes of a chunk's lane states and length varint
 _LITTLE = sys.byteorder == "little"
+MEMCPY_FROM = 2048  # entries per step from which numpy, not a kernel, copies the chunk parts
 MIN_CODED = 128  # entries below which a layer is stored raw without a fit (its table's
 # 8 + 3 per present symbol bytes exceed what coding saves: the fit chose raw on every such
 # layer of the benchmark dumps)
@@ -216,6 +217,13 @@ class FastTable:
         if K.encode_many(words, self.params, *self._enc_tables(), rw, packed, states, meta):
             raise InputError("lossless table: a symbol of these words has no frequency (the "
                              "table was fitted to other data)")
+        if n >= MEMCPY_FROM:  # numpy copies at memory speed (numba's byte loop: ~0.5 ns/byte)
+            st = states.astype("<u4").tobytes()
+            rw = rw.astype("<u2", copy=False)
+            p8 = packed.astype("<u4", copy=False).view(np.uint8)
+            return [b"".join((uvarint(n + 4 - start), st[16 * r:16 * r + 16],
+                              rw[r, start:].tobytes(), p8[r, :(nbits + 7) // 8].tobytes()))
+                    for r, (start, nbits) in enumerate(meta.tolist())]
         if not _LITTLE:  # (frame_many copies the native bytes)
             rw.byteswap(inplace=True)
             packed.byteswap(inplace=True)
@@ -253,10 +261,18 @@ class FastTable:
                                        "longer than 9 bytes or not in its shortest form")
             raise CorruptDataError(f"step {r}: lossless chunk: {offs[r, 1]} words and "
                                    f"{offs[r, 4]} bytes of mantissa bits do not fit {n} words")
-        out = np.empty((len(bodies), n), dtype=dt)
-        status = np.zeros(len(bodies), dtype=np.int64)
-        K.decode_many(buf, offs, *self.slot_tables, self.params, np.empty(n + 1, np.uint16),
-                      np.empty((n * self.width) // 32 + 2, np.uint32), out, status)
+        steps = len(bodies)
+        out = np.empty((steps, n), dtype=dt)
+        status = np.zeros(steps, dtype=np.int64)
+        filled = n >= MEMCPY_FROM
+        rw = np.zeros((steps if filled else 1, n + 1), dtype=np.uint16)
+        packed = np.zeros((steps if filled else 1, (n * self.width) // 32 + 2), dtype=np.uint32)
+        if filled:  # numpy copies the parts at memory speed (numba's byte loop: ~0.5 ns/byte)
+            p8 = packed.view(np.uint8)
+            for r, (_, nw, o2, o3, tail) in enumerate(offs.tolist()):
+                rw[r, :nw] = buf[o2:o2 + 2 * nw].view("<u2")
+                p8[r, :tail] = buf[o3:o3 + tail]
+        K.decode_many(buf, offs, *self.slot_tables, self.params, rw, packed, filled, out, status)
         bad = np.flatnonzero(status)
         if bad.size:
             r = int(bad[0])

@@ -445,29 +445,33 @@ def encode_many(words, params, xmax, rcp, rsh, bias, cmpl, rw, packed, states, m
 
 
 @njit(cache=True, nogil=True)
-def decode_many(buf, offs, tfb, th, params, rw, packed, out, status):
+def decode_many(buf, offs, tfb, th, params, rw, packed, filled, out, status):
     """:func:`decode2` of every chunk: chunk ``r``'s lane states at byte ``offs[r, 0]`` of
     ``buf`` (little-endian), its ``offs[r, 1]`` renormalisation words at ``offs[r, 2]``, its
-    ``offs[r, 4]`` bytes of mantissa bits at ``offs[r, 3]``; each part is copied into the
-    aligned scratch ``rw`` (uint16, n + 1) and ``packed`` (uint32, as :func:`decode2` wants:
-    what lies past a chunk's own words and bits is read only by a stream that the position
-    checks refuse) before decoding into ``out[r]``. ``status[r]``: the status, or
-    E_PAD / E_LEFT when the mantissa bytes are not exactly the bits read (zero padding)."""
+    ``offs[r, 4]`` bytes of mantissa bits at ``offs[r, 3]``. ``filled``: ``rw[r]`` (uint16,
+    n + 1) and ``packed[r]`` (uint32, as :func:`decode2` wants) hold chunk ``r``'s words and
+    bits already, zero-padded (the caller copied them at memory speed); else each part is
+    copied into the scratch rows ``rw[0]`` and ``packed[0]`` (what lies past a chunk's own
+    words and bits is read only by a stream that the position checks refuse) before decoding
+    into ``out[r]``. ``status[r]``: the status, or E_PAD / E_LEFT when the mantissa bytes are
+    not exactly the bits read (zero padding)."""
     states = np.empty(4, dtype=np.uint32)
-    rw8 = rw.view(np.uint8)
-    p8 = packed.view(np.uint8)
     for r in range(out.shape[0]):
         o = offs[r, 0]
         for j in range(4):
             states[j] = np.uint32(buf[o + 4 * j]) | (np.uint32(buf[o + 4 * j + 1]) << 8) | \
                 (np.uint32(buf[o + 4 * j + 2]) << 16) | (np.uint32(buf[o + 4 * j + 3]) << 24)
         nw = offs[r, 1]
-        rw8[:2 * nw] = buf[offs[r, 2]:offs[r, 2] + 2 * nw]
-        rw8[2 * nw:2 * nw + 2] = 0  # (a valid stream never reads past its words or bits)
         tail = offs[r, 4]
-        p8[:tail] = buf[offs[r, 3]:offs[r, 3] + tail]
-        p8[tail:tail + 8] = 0
-        st, nbits = decode2(states, nw, rw, packed, tfb, th, params, out[r])
+        row = r if filled else 0
+        p8 = packed[row].view(np.uint8)
+        if not filled:
+            rw8 = rw[0].view(np.uint8)
+            rw8[:2 * nw] = buf[offs[r, 2]:offs[r, 2] + 2 * nw]
+            rw8[2 * nw:2 * nw + 2] = 0  # (a valid stream never reads past its words or bits)
+            p8[:tail] = buf[offs[r, 3]:offs[r, 3] + tail]
+            p8[tail:tail + 8] = 0
+        st, nbits = decode2(states, nw, rw[row], packed[row], tfb, th, params, out[r])
         if st == OK:
             if (nbits + 7) // 8 != tail:
                 st = E_LEFT
