@@ -69,7 +69,7 @@ MODE_RAW, MODE_RANS = 0, 1
 PRECISION_RANGE = range(10, 16)
 PER_CHUNK = 18  # bytes of a chunk's lane states and length varint
 _LITTLE = sys.byteorder == "little"
-MEMCPY_FROM = 2048  # entries per step from which numpy, not a kernel, copies the chunk parts
+MEMCPY_FROM = 8192  # entries per step from which numpy, not a kernel, copies the chunk parts
 MIN_CODED = 128  # entries below which a layer is stored raw without a fit (its table's
 # 8 + 3 per present symbol bytes exceed what coding saves: the fit chose raw on every such
 # layer of the benchmark dumps)
