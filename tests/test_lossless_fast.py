@@ -415,3 +415,32 @@ def test_framing_refuses_bad_length_varints_and_raw_lengths():
         with pytest.raises(CorruptDataError, match=f"step {r}: lossless raw chunk"):
             raw.decode_steps(bad, n)
     assert raw.decode_steps([], n).shape == (0, n)
+
+
+@pytest.mark.parametrize("dtype", sorted(LAYOUTS))
+def test_kernel_and_numpy_copies_of_chunk_parts_agree(dtype, monkeypatch):
+    """Steps from MEMCPY_FROM entries have their parts joined and split by numpy, shorter ones
+    by kernels: the same bodies and words either way, and the same refusals."""
+    import co3cli.coding.lossless_fast as F
+
+    layout = LAYOUTS[dtype]
+    words = gradient_words(dtype, 3, 1001, seed=2)
+    table = fit_fast(words, layout)
+    got = {}
+    for cut in (1, 10**9):  # every step by numpy, every step by kernels
+        monkeypatch.setattr(F, "MEMCPY_FROM", cut)
+        bodies = table.encode_steps(words)
+        assert np.array_equal(table.decode_steps(bodies, words.shape[1]), words)
+        for bad in ([bodies[0], bodies[1][:-1], bodies[2]], [bodies[0] + b"\0"] + bodies[1:],
+                    [bodies[0], bodies[1], bodies[2][:20]]):
+            with pytest.raises(CorruptDataError, match="step"):
+                table.decode_steps(bad, words.shape[1])
+        flipped = bytearray(bodies[1])
+        flipped[30] ^= 0x55
+        try:
+            back = table.decode_steps([bodies[0], bytes(flipped), bodies[2]], words.shape[1])
+            assert not np.array_equal(back, words)
+        except CorruptDataError:
+            pass
+        got[cut] = bodies
+    assert got[1] == got[10**9]

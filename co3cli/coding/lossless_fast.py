@@ -17,12 +17,17 @@ no neighbour context: one order-0 table per layer, so the four lanes are indepen
 step costs one pass. (Version 1's 16 contexts save more on MLPs with dead units, at 5-20x the
 time: ``co3cli.lossless`` keeps it as ``level="max"``.)
 
-**Fit.**  One pass over the layer counts the symbols at ``k = max_k`` (and the +-0 words and
-the OR of every word); the counts at every smaller ``k`` are sums of adjacent bins. For every
-``k`` and precision 12 (14 when over 2**11 symbols are present) the size is estimated from
-the counts (frequencies by the largest-remainder rounding used for coding, payload bits,
-mantissa bits, table bytes, per-chunk framing); the smallest wins, unless the raw words are
-smaller (mode raw; a layer under ``MIN_CODED`` entries is raw without a fit).
+**Fit.**  One pass over the layer counts the symbols at ``k = max_k`` and ORs every word
+(the +-0 words are counted in a second pass only when the two bins that hold them are not
+empty); the counts at every smaller ``k`` are sums of adjacent bins. For every ``k`` and
+precision 12 (14 when over 2**11 symbols are present) the size is estimated from the counts
+(the order-0 code length, mantissa bits, table bytes, per-chunk framing); the smallest wins,
+unless the raw words are smaller (mode raw; a layer under ``MIN_CODED`` entries is raw
+without a fit). The frequencies are the largest-remainder rounding of the counts, ties broken
+by numpy's ``argpartition`` (the bytes depend on it). Counting, the choice, the rounding's
+scaling, both coders' tables and the chunk framing are kernels: per layer, a handful of
+calls, no per-step Python but joining the chunk parts (numpy copies them, at memory speed,
+from ``MEMCPY_FROM`` entries per step).
 
 **rANS**: four 32-bit states (entry ``i`` in lane ``i % 4``) in ``[2**15, 2**31)``, 16-bit
 renormalisation words in one shared stream (the decoder reads them in the order the encoder,
@@ -61,6 +66,7 @@ import sys
 import numpy as np
 
 from co3cli.coding import lossless_kernels as K
+from co3cli.coding import lossless_layer_kernels as L
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.varint import uvarint, uvarints_from_bytes, uvarints_to_bytes
 
@@ -88,7 +94,7 @@ def normalize(counts: np.ndarray, precision: int) -> np.ndarray:
     idx = np.empty(counts.size, dtype=np.int64)
     x = np.empty(counts.size)
     f = np.empty(counts.size, dtype=np.int64)
-    m, gap = K.normalize_floor(counts, precision, idx, x, f) if counts.any() else (0, 0)
+    m, gap = L.normalize_floor(counts, precision, idx, x, f) if counts.any() else (0, 0)
     if m > M:
         raise InputError(f"precision: 2**{precision} slots cannot hold {m} symbols")
     x, f = x[:m], f[:m]
@@ -193,7 +199,7 @@ class FastTable:
             M = 1 << self.precision
             self._tab = (np.empty(M, dtype=np.uint32), np.empty(M, dtype=np.uint32))
             mag_bits = self.layout.bits - 1
-            K.slot_tables2(self.freqs, self.cum, self.zbase, mag_bits, mag_bits - self.ek,
+            L.slot_tables2(self.freqs, self.cum, self.zbase, mag_bits, mag_bits - self.ek,
                            self.width, *self._tab)
         return self._tab
 
@@ -230,7 +236,7 @@ class FastTable:
         out = np.empty(steps * (10 + 16 + 2 * (n + 4)) + packed.nbytes, dtype=np.uint8)
         ends = np.empty(steps + 1, dtype=np.int64)
         ends[0] = 0
-        K.frame_many(n, rw, packed, states, meta, out, ends[1:])
+        L.frame_many(n, rw, packed, states, meta, out, ends[1:])
         buf = out[:ends[-1]].tobytes()
         return [buf[a:b] for a, b in zip(ends[:-1].tolist(), ends[1:].tolist())]
 
@@ -254,9 +260,9 @@ class FastTable:
         starts = np.zeros(len(bodies) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in bodies], out=starts[1:])
         buf = np.frombuffer(b"".join(bodies), dtype=np.uint8)
-        r = K.parse_many(buf, starts, n, self.width, offs)
+        r = L.parse_many(buf, starts, n, self.width, offs)
         if r >= 0:
-            if offs[r, 0] == K.E_VARINT:
+            if offs[r, 0] == L.E_VARINT:
                 raise CorruptDataError(f"step {r}: lossless chunk length: a varint truncated, "
                                        "longer than 9 bytes or not in its shortest form")
             raise CorruptDataError(f"step {r}: lossless chunk: {offs[r, 1]} words and "
@@ -294,7 +300,7 @@ def fit_fast(words: np.ndarray, layout, cols=None) -> FastTable:
     E, M, mag = layout.exp_bits, layout.man_bits, layout.bits - 1
     hist = np.zeros(1 << (1 + E + layout.max_k), dtype=np.int64)
     extra = np.zeros(3, dtype=np.int64)
-    K.hist_or(words.reshape(steps, -1), mag - E - layout.max_k, hist, extra)
+    L.hist_or(words.reshape(steps, -1), mag - E - layout.max_k, hist, extra)
     zp, zn, low = int(extra[0]), int(extra[1]), int(extra[2])
     hist[0] -= zp
     hist[hist.size // 2] -= zn
@@ -303,7 +309,7 @@ def fit_fast(words: np.ndarray, layout, cols=None) -> FastTable:
     counts = np.empty(hist.size + 2, dtype=np.int64)
     # for every k (top mantissa bits in the symbol): the order-0 code length, the mantissa
     # bits, the table's bytes and the chunks' framing; the smallest wins, if below raw
-    k, t, present = K.choose_k(hist, zp, zn, words.size - zp - zn, t0, M, layout.max_k,
+    k, t, present = L.choose_k(hist, zp, zn, words.size - zp - zn, t0, M, layout.max_k,
                                words.size * layout.bits / 8 + 3, steps, PER_CHUNK, counts)
     if k < 0:
         return FastTable(layout, MODE_RAW)
