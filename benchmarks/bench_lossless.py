@@ -397,8 +397,9 @@ def markdown(results, meta) -> str:
         lines.append(f"| {res['dump']} | {res['type']} | {c['co3 compress']:.2f} / "
                      f"{c['co3 decompress']:.2f} | {z} |")
     if any(row["coder"] == "co3-baseline" for res in results for row in res["rows"]):
-        lines += ["", f"Against the fast coder of `{meta['baseline']}` (`--baseline`; the same "
-                  "interleaved runs, same bytes): MB/s of both and this tree's speed-up.", "",
+        lines += ["", f"Against the fast coder of `{meta['baseline']}` (`--baseline`: timed in "
+                  "the same interleaved runs over the same layers): MB/s of both and this "
+                  "tree's speed-up.", "",
                   "| dump | type | baseline enc / dec MB/s | this tree enc / dec MB/s | speed-up "
                   "enc / dec | baseline / ZipNN speed enc / dec |", "|---|---|---:|---:|---:|---:|"]
         for res in results:
