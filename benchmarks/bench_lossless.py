@@ -4,6 +4,7 @@
     python benchmarks/bench_lossless.py --quick         # bundled dumps only, results to /tmp
     python benchmarks/bench_lossless.py --dump a.h5 ... # your dumps instead of the captures
     python benchmarks/bench_lossless.py --captures DIR  # keep (and reuse) the captures in DIR
+    python benchmarks/bench_lossless.py --baseline REV  # also time REV's fast coder (before/after)
 
 Dumps: the bundled ``co3cli/sample_data/digits-mlp.h5`` and ``mnist5k-mlp.h5`` (float32), and
 two captured here with ``co3cli.capture.capture`` from models the coder was not tuned on:
@@ -158,20 +159,23 @@ def peers(buf: bytes, dtype: str, zipnn_mod):
     return out
 
 
-def co3_core(layers, dtype: str, level: str = "fast"):
+def co3_core(layers, dtype: str, level: str = "fast", fast_module=None):
     """(encode callable, decode callable) of the coder alone, in memory, over every layer, as
-    ``co3cli.lossless`` calls it (fit, then all steps of a layer; decode: all steps)."""
+    ``co3cli.lossless`` calls it (fit, then all steps of a layer; decode: all steps);
+    ``fast_module``: another version of ``co3cli.coding.lossless_fast`` (``--baseline``)."""
     from co3cli.coding import row_length
-    from co3cli.coding.lossless import LEVELS, LosslessCoder
+    from co3cli.coding.lossless import LAYOUTS, LEVELS, LosslessCoder
 
     coder = LosslessCoder(dtype, LEVELS[level])
+    fit = coder.fit if fast_module is None else \
+        (lambda w, cols: fast_module.fit_fast(w, LAYOUTS[dtype], cols))
     coded = []
 
     def enc():
         coded.clear()
         for name, w, shape in layers:
             cols = row_length(shape, w.shape[1])
-            table = coder.fit(w, cols)
+            table = fit(w, cols)
             coded.append((table, table.encode_steps(w, cols), cols, w))
 
     def dec():
@@ -180,6 +184,26 @@ def co3_core(layers, dtype: str, level: str = "fast"):
                 raise AssertionError("co3 lossless did not round-trip")
 
     return enc, dec
+
+
+def load_baseline(ref: str, folder: str):
+    """``co3cli.coding.lossless_fast`` and its kernels as git revision ``ref`` has them, as a
+    module of their own (its numba cache in ``folder``), to time against this tree's."""
+    import importlib.util
+    import subprocess
+
+    for name in ("lossless_fast", "lossless_kernels"):
+        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:co3cli/coding/{name}.py"],
+                             check=True, capture_output=True, text=True).stdout
+        src = src.replace("from co3cli.coding import lossless_kernels as K",
+                          "import baseline_lossless_kernels as K")
+        Path(folder, f"baseline_{name}.py").write_text(src)
+    sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location("baseline_lossless_fast",
+                                                  Path(folder, "baseline_lossless_fast.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 ZIPNN_CMD = """import sys, h5py, json, numpy as np, zipnn
@@ -223,7 +247,7 @@ def whole_commands(typed: str, dtype: str, tmp: str, repeat: int, with_zipnn: bo
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
-def bench_one(label, path, dtype, zipnn_mod, repeat, tmp):
+def bench_one(label, path, dtype, zipnn_mod, repeat, tmp, baseline=None):
     from co3cli.codec import compress, decompress
     from co3cli.lossless import compress_lossless
 
@@ -260,6 +284,11 @@ def bench_one(label, path, dtype, zipnn_mod, repeat, tmp):
     tasks = {"co3 enc": enc, "co3 dec": dec, f"{zname} enc": zc}
     if zd is not None:
         tasks[f"{zname} dec"] = zd
+    if baseline is not None:
+        benc, bdec = co3_core(layers, dtype, fast_module=baseline)
+        benc()
+        bdec()
+        tasks.update({"base enc": benc, "base dec": bdec})
     t = interleaved(tasks, repeat)
     rows = [{"coder": "co3", "bytes": res.nbytes, "bpe": 8 * res.nbytes / entries,
              "enc_mbs": mb / t["co3 enc"], "dec_mbs": mb / t["co3 dec"], "exact": ok},
@@ -282,6 +311,9 @@ def bench_one(label, path, dtype, zipnn_mod, repeat, tmp):
     for table_cfg in res.layers:
         key = f"k{table_cfg.get('k', '-')}/c{table_cfg.get('contexts', '-')}/{table_cfg['mode']}"
         kinds[key] = kinds.get(key, 0) + 1
+    if baseline is not None:
+        rows.append({"coder": "co3-baseline", "bytes": None, "bpe": None, "exact": True,
+                     "enc_mbs": mb / t["base enc"], "dec_mbs": mb / t["base dec"]})
     cmd = whole_commands(typed, dtype, tmp, max(1, repeat // 2), zd is not None)
     return {"dump": label, "type": dtype, "entries": entries, "raw_bytes": len(buf),
             "raw_bpe": 8 * len(buf) / entries, "rows": rows, "co3_tables": kinds,
@@ -364,6 +396,19 @@ def markdown(results, meta) -> str:
              if "zipnn compress" in c else "-")
         lines.append(f"| {res['dump']} | {res['type']} | {c['co3 compress']:.2f} / "
                      f"{c['co3 decompress']:.2f} | {z} |")
+    if any(row["coder"] == "co3-baseline" for res in results for row in res["rows"]):
+        lines += ["", f"Against the fast coder of `{meta['baseline']}` (`--baseline`: timed in "
+                  "the same interleaved runs over the same layers): MB/s of both and this "
+                  "tree's speed-up.", "",
+                  "| dump | type | baseline enc / dec MB/s | this tree enc / dec MB/s | speed-up "
+                  "enc / dec | baseline / ZipNN speed enc / dec |", "|---|---|---:|---:|---:|---:|"]
+        for res in results:
+            r = {row["coder"].split("-reimpl")[0]: row for row in res["rows"]}
+            b, c, z = r["co3-baseline"], r["co3"], r["zipnn"]
+            zd = z["dec_mbs"] or float("nan")
+            lines.append(f"| {res['dump']} | {res['type']} | {sp(b)} | {sp(c)} | "
+                         f"{c['enc_mbs'] / b['enc_mbs']:.2f} / {c['dec_mbs'] / b['dec_mbs']:.2f} | "
+                         f"{b['enc_mbs'] / z['enc_mbs']:.2f} / {b['dec_mbs'] / zd:.2f} |")
     lines += ["", "co3 tables chosen (k top mantissa bits in the symbol / contexts / mode: layers):",
               ""]
     for res in results:
@@ -377,6 +422,8 @@ def main(argv=None):
     ap.add_argument("--dump", nargs="*", help="dumps to use instead of the captures")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--captures", help="folder to keep the captured dumps in (and reuse)")
+    ap.add_argument("--baseline", help="a git revision whose fast coder is timed too "
+                    "(interleaved, same run): the before/after of a speed change")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import co3cli
@@ -396,16 +443,18 @@ def main(argv=None):
             folder = args.captures or tmp
             os.makedirs(folder, exist_ok=True)
             dumps.update({f"{k} (captured)": v for k, v in capture_dumps(folder).items()})
+        baseline = load_baseline(args.baseline, tmp) if args.baseline else None
         for label, path in dumps.items():
             for dtype in TYPES:
-                res = bench_one(label, path, dtype, zipnn_mod, args.repeat, tmp)
+                res = bench_one(label, path, dtype, zipnn_mod, args.repeat, tmp, baseline)
                 results.append(res)
                 r = res["rows"]
                 print(f"{label:28s} {dtype:9s} " + "  ".join(
-                    f"{row['coder']} {row['bpe']:.3f} bpe {row['enc_mbs']:.0f}/"
+                    f"{row['coder']} {row['bpe'] or 0:.3f} bpe {row['enc_mbs']:.0f}/"
                     f"{row['dec_mbs'] or 0:.0f} MB/s" for row in r), flush=True)
     meta = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "co3cli": co3cli.__version__,
             "zipnn": zver, "repeat": args.repeat, "uptime_before": load_before,
+            "baseline": args.baseline,
             "uptime_after": _uptime()}
     out = Path("/tmp") if args.quick else ROOT / "benchmarks" / "results"
     (out / ("bench_lossless_quick.json" if args.quick else "lossless.json")).write_text(

@@ -283,3 +283,164 @@ def test_a_lossless_header_version_that_is_no_integer_is_refused(version, tmp_pa
     code, _, err = run_cli("decompress", tmp_path / "v.co3", "-o", tmp_path / "v.h5", capsys=capsys)
     assert code == 1 and err.startswith("co3: error:") and err.count("\n") == 1, err
     assert "not one this co3cli reads" in err and not (tmp_path / "v.h5").exists()
+
+
+# -- the per-layer kernels (fit choice, rounding, tables, framing) keep the bytes ---------------
+def _fit_reference(words, layout):
+    """The fit as numpy computed it before its kernels (the k loop over adjacent bins)."""
+    from co3cli.coding.lossless_fast import PER_CHUNK
+
+    E, M, mag = layout.exp_bits, layout.man_bits, layout.bits - 1
+    flat = words.ravel().astype(np.uint64)
+    hist = np.bincount((flat >> np.uint64(mag - E - layout.max_k)).astype(np.int64),
+                       minlength=1 << (1 + E + layout.max_k))
+    zp, zn = int((flat == 0).sum()), int((flat == np.uint64(1 << mag)).sum())
+    hist[0] -= zp
+    hist[hist.size // 2] -= zn
+    man = int(np.bitwise_or.reduce(flat)) & ((1 << M) - 1)
+    t0 = M if man == 0 else (man & -man).bit_length() - 1
+    best = (words.size * layout.bits / 8 + 3, None)
+    for k in range(layout.max_k, -1, -1):
+        if k < layout.max_k:
+            hist = hist[0::2] + hist[1::2]
+        counts = np.concatenate([hist, [zp, zn]])
+        c = counts[counts > 0]
+        bits = float(c.sum() * np.log2(c.sum()) - (c * np.log2(c)).sum())
+        t = min(t0, M - k)
+        size = (bits + (words.size - zp - zn) * (M - k - t)) / 8 + 8 + 3 * c.size + \
+            words.shape[0] * PER_CHUNK
+        if size < best[0]:
+            best = (size, (k, t, counts, c.size))
+    if best[1] is None:
+        return None
+    k, t, counts, present = best[1]
+    return k, t, counts
+
+
+@pytest.mark.parametrize("dtype", sorted(LAYOUTS))
+def test_fit_kernels_choose_what_the_numpy_fit_chose(dtype):
+    """k, t, the counts and the rounded frequencies of the kernels are the numpy fit's (the
+    bytes of version 2 do not change), with and without zeros in the bins that hold them."""
+    layout = LAYOUTS[dtype]
+    rng = np.random.default_rng(5)
+    cases = [gradient_words(dtype, 3, 1500, seed=s) for s in range(3)]
+    dense = gradient_words(dtype, 2, 3000, seed=9)
+    dense[dense == 0] = 1  # no zeros: the zero bins are empty (a subnormal in bin 0)
+    cases += [dense, dense.copy()]
+    cases[-1][0, :5] = 1 << (layout.bits - 1)  # -0.0 only
+    cases.append(np.full((2, 400), 1 << (layout.bits - 2), dtype=layout.word_dtype))
+    cases.append(rng.integers(0, 1 << layout.bits, (2, 3000)).astype(layout.word_dtype))
+    for words in cases:
+        got, ref = fit_fast(words, layout), _fit_reference(words, layout)
+        if ref is None:
+            assert got.mode == MODE_RAW
+            continue
+        k, t, counts = ref
+        assert got.mode == MODE_RANS and (got.k, got.t) == (k, t)
+        prec = 12 if np.count_nonzero(counts) <= 1 << 11 else 14
+        assert np.array_equal(got.freqs, _normalize_reference(counts, prec))
+
+
+def _normalize_reference(counts, precision):
+    """The rounding as numpy computed it before its kernel (the bytes depend on its ties)."""
+    M = 1 << precision
+    pos = np.flatnonzero(counts)
+    x = counts[pos] * (M / counts[pos].sum())
+    f = np.maximum(1, np.floor(x)).astype(np.int64)
+    gap = M - int(f.sum())
+    if gap > 0:
+        f[np.argpartition(f - x, gap - 1)[:gap]] += 1
+    while gap < 0:
+        room = f - 1
+        take = min(-gap, int(np.count_nonzero(room)))
+        f[np.argpartition(-room, take - 1)[:take]] -= 1
+        gap += take
+    out = np.zeros(counts.size, dtype=np.uint32)
+    out[pos] = f
+    return out
+
+
+def test_rounding_is_numpys_with_its_ties():
+    """Random counts, many equal (ties at the boundary), and the floor of 1 overshooting
+    (more rare symbols than slack): the same frequencies as the numpy rounding."""
+    rng = np.random.default_rng(11)
+    over = 0
+    for trial in range(100):
+        prec = (10, 12)[trial % 2]
+        m = int(rng.integers(1, 1 << prec if trial % 7 == 0 else 300))
+        counts = np.zeros(m + int(rng.integers(0, 50)), dtype=np.int64)
+        spread = [1, 2, 5, 1000, 10**6][trial % 5]
+        counts[rng.choice(counts.size, m, replace=False)] = rng.integers(1, spread + 1, m)
+        if trial % 7 == 0:
+            counts[int(rng.integers(counts.size))] = 10**7  # one huge, many at the floor
+        got = normalize(counts, prec)
+        assert got.sum() == 1 << prec and np.array_equal(got, _normalize_reference(counts, prec))
+        over += int(np.count_nonzero(counts) > (1 << prec) // 2)
+    assert over > 5
+    with pytest.raises(InputError, match="cannot hold"):
+        normalize(np.ones(1025, dtype=np.int64), 10)
+
+
+def test_slot_tables_are_the_frequencies_ranges():
+    layout = LAYOUTS["float16"]
+    words = gradient_words("float16", 2, 3000, seed=4)
+    table = fit_fast(words, layout)
+    tfb, th = table.slot_tables
+    sym = np.repeat(np.arange(table.nsym), table.freqs.astype(np.int64))
+    assert np.array_equal(tfb & 0xFFFF, table.freqs[sym])
+    assert np.array_equal(tfb >> 16, np.arange(1 << table.precision) - table.cum[sym])
+    zero = sym >= table.zbase
+    assert np.array_equal(th[zero], (sym[zero] - table.zbase).astype(np.uint32) << 15)
+    assert np.array_equal(th[~zero], (sym[~zero].astype(np.uint32) << (15 - table.ek)) |
+                          np.uint32(table.width))
+
+
+def test_framing_refuses_bad_length_varints_and_raw_lengths():
+    table, body, row = _body()
+    n = row.size
+    for bad in (b"", b"\x80", b"\x80\x00" + body[1:], b"\xff" * 9 + body[1:], b"\xff" * 12):
+        with pytest.raises(CorruptDataError, match="step 0"):
+            table.decode(bad, n)
+    with pytest.raises(CorruptDataError, match="step 2: lossless chunk"):
+        table.decode_steps([body, body, body + b"\0"], n)
+    bodies = table.encode_steps(np.stack([row, row[::-1]]))
+    assert bodies[0] == body and np.array_equal(table.decode_steps(bodies, n)[1], row[::-1])
+    raw = FastTable(table.layout, MODE_RAW)
+    steps = np.stack([row, row[::-1], row])
+    good = raw.encode_steps(steps)
+    assert np.array_equal(raw.decode_steps(good, n), steps)
+    for r in range(3):
+        bad = list(good)
+        bad[r] = bad[r][:-1]
+        with pytest.raises(CorruptDataError, match=f"step {r}: lossless raw chunk"):
+            raw.decode_steps(bad, n)
+    assert raw.decode_steps([], n).shape == (0, n)
+
+
+@pytest.mark.parametrize("dtype", sorted(LAYOUTS))
+def test_kernel_and_numpy_copies_of_chunk_parts_agree(dtype, monkeypatch):
+    """Steps from MEMCPY_FROM entries have their parts joined and split by numpy, shorter ones
+    by kernels: the same bodies and words either way, and the same refusals."""
+    import co3cli.coding.lossless_fast as F
+
+    layout = LAYOUTS[dtype]
+    words = gradient_words(dtype, 3, 1001, seed=2)
+    table = fit_fast(words, layout)
+    got = {}
+    for cut in (1, 10**9):  # every step by numpy, every step by kernels
+        monkeypatch.setattr(F, "MEMCPY_FROM", cut)
+        bodies = table.encode_steps(words)
+        assert np.array_equal(table.decode_steps(bodies, words.shape[1]), words)
+        for bad in ([bodies[0], bodies[1][:-1], bodies[2]], [bodies[0] + b"\0"] + bodies[1:],
+                    [bodies[0], bodies[1], bodies[2][:20]]):
+            with pytest.raises(CorruptDataError, match="step"):
+                table.decode_steps(bad, words.shape[1])
+        flipped = bytearray(bodies[1])
+        flipped[30] ^= 0x55
+        try:
+            back = table.decode_steps([bodies[0], bytes(flipped), bodies[2]], words.shape[1])
+            assert not np.array_equal(back, words)
+        except CorruptDataError:
+            pass
+        got[cut] = bodies
+    assert got[1] == got[10**9]

@@ -3,7 +3,7 @@
 
 Data flow, per layer (all steps) and per step::
 
-    words (steps, numel) --one counting pass (hist2)--> counts at every k --> FastTable
+    words (steps, numel) --one counting pass (hist_or)--> counts at every k --> FastTable
         (k, t, precision, one order-0 table; or raw), the smallest by the counts' cost
     one step's words --encode2 (one kernel)--> 4-lane rANS payload + packed mantissa bits
     chunk body --decode2 (one kernel: table lookup, lanes, bit unpacking)--> words
@@ -17,12 +17,17 @@ no neighbour context: one order-0 table per layer, so the four lanes are indepen
 step costs one pass. (Version 1's 16 contexts save more on MLPs with dead units, at 5-20x the
 time: ``co3cli.lossless`` keeps it as ``level="max"``.)
 
-**Fit.**  One pass over the layer counts the symbols at ``k = max_k`` (and the +-0 words and
-the OR of every word); the counts at every smaller ``k`` are sums of adjacent bins. For every
-``k`` and precision 12 (14 when over 2**11 symbols are present) the size is estimated from
-the counts (frequencies by the largest-remainder rounding used for coding, payload bits,
-mantissa bits, table bytes, per-chunk framing); the smallest wins, unless the raw words are
-smaller (mode raw; a layer under ``MIN_CODED`` entries is raw without a fit).
+**Fit.**  One pass over the layer counts the symbols at ``k = max_k`` and ORs every word
+(the +-0 words are counted in a second pass only when the two bins that hold them are not
+empty); the counts at every smaller ``k`` are sums of adjacent bins. For every ``k`` and
+precision 12 (14 when over 2**11 symbols are present) the size is estimated from the counts
+(the order-0 code length, mantissa bits, table bytes, per-chunk framing); the smallest wins,
+unless the raw words are smaller (mode raw; a layer under ``MIN_CODED`` entries is raw
+without a fit). The frequencies are the largest-remainder rounding of the counts, ties broken
+by numpy's ``argpartition`` (the bytes depend on it). Counting, the choice, the rounding's
+scaling, both coders' tables and the chunk framing are kernels: per layer, a handful of
+calls, no per-step Python but joining the chunk parts (numpy copies them, at memory speed,
+from ``MEMCPY_FROM`` entries per step).
 
 **rANS**: four 32-bit states (entry ``i`` in lane ``i % 4``) in ``[2**15, 2**31)``, 16-bit
 renormalisation words in one shared stream (the decoder reads them in the order the encoder,
@@ -56,9 +61,12 @@ it is measured against is ZipNN (M. Hershcovitch et al., arXiv:2411.05239).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from co3cli.coding import lossless_kernels as K
+from co3cli.coding import lossless_layer_kernels as L
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.varint import uvarint, uvarints_from_bytes, uvarints_to_bytes
 
@@ -66,6 +74,8 @@ VERSION = 2
 MODE_RAW, MODE_RANS = 0, 1
 PRECISION_RANGE = range(10, 16)
 PER_CHUNK = 18  # bytes of a chunk's lane states and length varint
+_LITTLE = sys.byteorder == "little"
+MEMCPY_FROM = 8192  # entries per step from which numpy, not a kernel, copies the chunk parts
 MIN_CODED = 128  # entries below which a layer is stored raw without a fit (its table's
 # 8 + 3 per present symbol bytes exceed what coding saves: the fit chose raw on every such
 # layer of the benchmark dumps)
@@ -73,30 +83,21 @@ _STATUS = {K.E_SHORT: "runs out before its end", K.E_STATE: "ends in the wrong c
            K.E_LEFT: "has bytes left over"}
 
 
-def _read_uvarint(body: bytes) -> tuple[int, int]:
-    """(value, bytes used) of the shortest-form varint (at most 9 bytes) starting ``body``."""
-    n = 0
-    for i, b in enumerate(body[:9]):
-        n |= (b & 0x7F) << 7 * i
-        if b < 0x80:
-            if b == 0 and i:
-                raise CorruptDataError("lossless chunk length: a varint not in its shortest form")
-            return n, i + 1
-    raise CorruptDataError("lossless chunk length: truncated or longer than 9 bytes")
-
-
 def normalize(counts: np.ndarray, precision: int) -> np.ndarray:
     """Frequencies (uint32, summing to ``2**precision``) of ``counts``: every present symbol
     >= 1, the rest by largest remainder (taken back from the largest when the floor of 1
-    overshoots). InputError when more symbols are present than slots."""
+    overshoots). InputError when more symbols are present than slots. (The scaling is a
+    kernel; the choice among equal remainders is numpy's ``argpartition``, as it always
+    was: the bytes depend on it.)"""
     M = 1 << precision
-    counts = np.asarray(counts, dtype=np.int64)
-    pos = np.flatnonzero(counts)
-    if pos.size > M:
-        raise InputError(f"precision: 2**{precision} slots cannot hold {pos.size} symbols")
-    x = counts[pos] * (M / counts[pos].sum())
-    f = np.maximum(1, np.floor(x)).astype(np.int64)
-    gap = M - int(f.sum())
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    idx = np.empty(counts.size, dtype=np.int64)
+    x = np.empty(counts.size)
+    f = np.empty(counts.size, dtype=np.int64)
+    m, gap = L.normalize_floor(counts, precision, idx, x, f) if counts.any() else (0, 0)
+    if m > M:
+        raise InputError(f"precision: 2**{precision} slots cannot hold {m} symbols")
+    x, f = x[:m], f[:m]
     if gap > 0:
         f[np.argpartition(f - x, gap - 1)[:gap]] += 1
     while gap < 0:  # the floor of 1 overshot: take from the largest
@@ -105,7 +106,7 @@ def normalize(counts: np.ndarray, precision: int) -> np.ndarray:
         f[np.argpartition(-room, take - 1)[:take]] -= 1
         gap += take
     out = np.zeros(counts.size, dtype=np.uint32)
-    out[pos] = f
+    out[idx[:m]] = f
     return out
 
 
@@ -195,14 +196,11 @@ class FastTable:
         slot's offset in its range << 16, and its word without the low mantissa bits (their
         count in the low 5 bits)."""
         if self._tab is None:
-            lay = self.layout
-            s = np.arange(self.nsym, dtype=np.uint64)
-            mag_bits, low_shift = lay.bits - 1, lay.bits - 1 - self.ek
-            hw = np.where(s >= self.zbase, (s - np.uint64(self.zbase)) << np.uint64(mag_bits),
-                          (s << np.uint64(low_shift)) | np.uint64(self.width))
-            sym = np.repeat(np.arange(self.nsym), self.freqs.astype(np.int64))
-            off = np.arange(1 << self.precision, dtype=np.uint32) - self.cum[sym]
-            self._tab = (self.freqs[sym] | off << np.uint32(16), hw[sym].astype(np.uint32))
+            M = 1 << self.precision
+            self._tab = (np.empty(M, dtype=np.uint32), np.empty(M, dtype=np.uint32))
+            mag_bits = self.layout.bits - 1
+            L.slot_tables2(self.freqs, self.cum, self.zbase, mag_bits, mag_bits - self.ek,
+                           self.width, *self._tab)
         return self._tab
 
     def encode(self, words, cols=None) -> bytes:
@@ -225,12 +223,22 @@ class FastTable:
         if K.encode_many(words, self.params, *self._enc_tables(), rw, packed, states, meta):
             raise InputError("lossless table: a symbol of these words has no frequency (the "
                              "table was fitted to other data)")
-        st = states.astype("<u4").tobytes()
-        rw = rw.astype("<u2", copy=False)
-        p8 = packed.astype("<u4", copy=False).view(np.uint8)
-        return [b"".join((uvarint(n + 4 - int(start)), st[16 * r:16 * r + 16],
-                          rw[r, start:].tobytes(), p8[r, :(int(nbits) + 7) // 8].tobytes()))
-                for r, (start, nbits) in enumerate(meta)]
+        if n >= MEMCPY_FROM:  # numpy copies at memory speed (numba's byte loop: ~0.5 ns/byte)
+            st = states.astype("<u4").tobytes()
+            rw = rw.astype("<u2", copy=False)
+            p8 = packed.astype("<u4", copy=False).view(np.uint8)
+            return [b"".join((uvarint(n + 4 - start), st[16 * r:16 * r + 16],
+                              rw[r, start:].tobytes(), p8[r, :(nbits + 7) // 8].tobytes()))
+                    for r, (start, nbits) in enumerate(meta.tolist())]
+        if not _LITTLE:  # (frame_many copies the native bytes)
+            rw.byteswap(inplace=True)
+            packed.byteswap(inplace=True)
+        out = np.empty(steps * (10 + 16 + 2 * (n + 4)) + packed.nbytes, dtype=np.uint8)
+        ends = np.empty(steps + 1, dtype=np.int64)
+        ends[0] = 0
+        L.frame_many(n, rw, packed, states, meta, out, ends[1:])
+        buf = out[:ends[-1]].tobytes()
+        return [buf[a:b] for a, b in zip(ends[:-1].tolist(), ends[1:].tolist())]
 
     def decode(self, body: bytes, n: int, cols=None) -> np.ndarray:
         """Chunk body -> ``n`` words (CorruptDataError unless it is exactly one step's)."""
@@ -241,31 +249,36 @@ class FastTable:
         step, unless each body is exactly one step's)."""
         dt = self.layout.word_dtype
         if self.mode == MODE_RAW:
-            out = np.empty((len(bodies), n), dtype=dt)
-            for r, body in enumerate(bodies):
-                if len(body) != n * dt.itemsize:
-                    raise CorruptDataError(f"step {r}: lossless raw chunk: {len(body)} bytes for "
-                                           f"{n} words")
-                out[r] = np.frombuffer(body, dtype=dt.newbyteorder("<"))
-            return out
+            sizes = [len(body) for body in bodies]
+            if sizes.count(n * dt.itemsize) != len(sizes):
+                r = next(i for i, m in enumerate(sizes) if m != n * dt.itemsize)
+                raise CorruptDataError(f"step {r}: lossless raw chunk: {sizes[r]} bytes for "
+                                       f"{n} words")
+            le = np.frombuffer(b"".join(bodies), dtype=dt.newbyteorder("<"))
+            return le.astype(dt).reshape(len(bodies), n)
         offs = np.empty((len(bodies), 5), dtype=np.int64)
-        base = 0
-        for r, body in enumerate(bodies):
-            try:
-                nw, pos = _read_uvarint(body)
-            except CorruptDataError as e:
-                raise CorruptDataError(f"step {r}: {e}") from None
-            tail = len(body) - pos - 16 - 2 * nw
-            if tail < 0 or nw > n or tail > (n * self.width + 7) // 8:
-                raise CorruptDataError(f"step {r}: lossless chunk: {nw} words and {tail} bytes "
-                                       f"of mantissa bits do not fit {n} words")
-            offs[r] = base + pos, nw, base + pos + 16, base + pos + 16 + 2 * nw, tail
-            base += len(body)
+        starts = np.zeros(len(bodies) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in bodies], out=starts[1:])
         buf = np.frombuffer(b"".join(bodies), dtype=np.uint8)
-        out = np.empty((len(bodies), n), dtype=dt)
-        status = np.zeros(len(bodies), dtype=np.int64)
-        K.decode_many(buf, offs, *self.slot_tables, self.params, np.empty(n + 1, np.uint16),
-                      np.empty((n * self.width) // 32 + 2, np.uint32), out, status)
+        r = L.parse_many(buf, starts, n, self.width, offs)
+        if r >= 0:
+            if offs[r, 0] == L.E_VARINT:
+                raise CorruptDataError(f"step {r}: lossless chunk length: a varint truncated, "
+                                       "longer than 9 bytes or not in its shortest form")
+            raise CorruptDataError(f"step {r}: lossless chunk: {offs[r, 1]} words and "
+                                   f"{offs[r, 4]} bytes of mantissa bits do not fit {n} words")
+        steps = len(bodies)
+        out = np.empty((steps, n), dtype=dt)
+        status = np.zeros(steps, dtype=np.int64)
+        filled = n >= MEMCPY_FROM
+        rw = np.zeros((steps if filled else 1, n + 1), dtype=np.uint16)
+        packed = np.zeros((steps if filled else 1, (n * self.width) // 32 + 2), dtype=np.uint32)
+        if filled:  # numpy copies the parts at memory speed (numba's byte loop: ~0.5 ns/byte)
+            p8 = packed.view(np.uint8)
+            for r, (_, nw, o2, o3, tail) in enumerate(offs.tolist()):
+                rw[r, :nw] = buf[o2:o2 + 2 * nw].view("<u2")
+                p8[r, :tail] = buf[o3:o3 + tail]
+        K.decode_many(buf, offs, *self.slot_tables, self.params, rw, packed, filled, out, status)
         bad = np.flatnonzero(status)
         if bad.size:
             r = int(bad[0])
@@ -285,32 +298,21 @@ def fit_fast(words: np.ndarray, layout, cols=None) -> FastTable:
     if words.size < MIN_CODED:  # a table costs more than coding can save
         return FastTable(layout, MODE_RAW)
     E, M, mag = layout.exp_bits, layout.man_bits, layout.bits - 1
-    top = mag - E - layout.max_k
     hist = np.zeros(1 << (1 + E + layout.max_k), dtype=np.int64)
     extra = np.zeros(3, dtype=np.int64)
-    K.hist2(words, mag, top, hist, extra)
+    L.hist_or(words.reshape(steps, -1), mag - E - layout.max_k, hist, extra)
     zp, zn, low = int(extra[0]), int(extra[1]), int(extra[2])
     hist[0] -= zp
     hist[hist.size // 2] -= zn
-    nnz = words.size - zp - zn
     man = low & ((1 << M) - 1)
     t0 = M if man == 0 else (man & -man).bit_length() - 1
-    best = (words.size * layout.bits / 8 + 3, None)
-    for k in range(layout.max_k, -1, -1):
-        if k < layout.max_k:  # one top mantissa bit fewer: adjacent bins
-            hist = hist[0::2] + hist[1::2]
-        counts = np.concatenate([hist, [zp, zn]])
-        c = counts[counts > 0]
-        if c.size > 1 << 14:
-            continue
-        # the order-0 code length (the frequencies' rounding adds ~0.1 %: same for every k)
-        bits = float(c.sum() * np.log2(c.sum()) - (c * np.log2(c)).sum())
-        t = min(t0, M - k)
-        size = (bits + nnz * (M - k - t)) / 8 + 8 + 3 * c.size + steps * PER_CHUNK
-        if size < best[0]:
-            best = (size, (k, t, counts, c.size))
-    if best[1] is None:
+    counts = np.empty(hist.size + 2, dtype=np.int64)
+    # for every k (top mantissa bits in the symbol): the order-0 code length, the mantissa
+    # bits, the table's bytes and the chunks' framing; the smallest wins, if below raw
+    k, t, present = L.choose_k(hist, zp, zn, words.size - zp - zn, t0, M, layout.max_k,
+                               words.size * layout.bits / 8 + 3, steps, PER_CHUNK, counts)
+    if k < 0:
         return FastTable(layout, MODE_RAW)
-    k, t, counts, present = best[1]
     prec = 12 if present <= 1 << 11 else 14
+    counts = counts[:(1 << (1 + E + k)) + 2]
     return FastTable(layout, MODE_RANS, k, t, prec, normalize(counts, prec))

@@ -1,7 +1,8 @@
 """Numba kernels of the lossless float coders: version 1 (:mod:`co3cli.coding.lossless`,
 neighbour contexts) and version 2 (:mod:`co3cli.coding.lossless_fast`, below the line
 "version 2": one counting pass, then one kernel call per layer that codes every step through
-four interleaved rANS lanes).
+four interleaved rANS lanes; its per-layer work, from the counting pass to the chunk
+framing, is in :mod:`co3cli.coding.lossless_layer_kernels`).
 
 Version 1: three passes, each one loop over a step's words (no Python per entry):
 
@@ -218,28 +219,6 @@ LOW2 = 1 << 15
 NLANES = 4
 # params (int64[8]) of split2 / encode2 / decode2: mag_bits, ek, k, t, width, zbase, precision
 P_MAG, P_EK, P_K, P_T, P_W, P_Z, P_PREC = range(7)
-
-
-@njit(cache=True, nogil=True)
-def hist2(words, mag_bits, low_shift, hist, extra):
-    """Histogram of ``words >> low_shift`` (sign, exponent field, top mantissa bits) into
-    ``hist``; ``extra``: [+0 words, -0 words, OR of all words] added. Zero words land in the
-    histogram's bins 0 and ``1 << (mag_bits - low_shift)`` too (the caller moves them)."""
-    sh = np.uint64(low_shift)
-    neg0 = np.uint64(1) << np.uint64(mag_bits)
-    zp = 0
-    zn = 0
-    low = np.uint64(0)
-    flat = words.ravel()
-    for i in range(flat.size):
-        w = np.uint64(flat[np.uint64(i)])
-        hist[w >> sh] += 1
-        zp += w == 0
-        zn += w == neg0
-        low |= w
-    extra[0] += zp
-    extra[1] += zn
-    extra[2] |= np.int64(low & np.uint64(0x7FFFFFFFFFFFFFFF))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -467,29 +446,33 @@ def encode_many(words, params, xmax, rcp, rsh, bias, cmpl, rw, packed, states, m
 
 
 @njit(cache=True, nogil=True)
-def decode_many(buf, offs, tfb, th, params, rw, packed, out, status):
+def decode_many(buf, offs, tfb, th, params, rw, packed, filled, out, status):
     """:func:`decode2` of every chunk: chunk ``r``'s lane states at byte ``offs[r, 0]`` of
     ``buf`` (little-endian), its ``offs[r, 1]`` renormalisation words at ``offs[r, 2]``, its
-    ``offs[r, 4]`` bytes of mantissa bits at ``offs[r, 3]``; each part is copied into the
-    aligned scratch ``rw`` (uint16, n + 1) and ``packed`` (uint32, as :func:`decode2` wants:
-    what lies past a chunk's own words and bits is read only by a stream that the position
-    checks refuse) before decoding into ``out[r]``. ``status[r]``: the status, or
-    E_PAD / E_LEFT when the mantissa bytes are not exactly the bits read (zero padding)."""
+    ``offs[r, 4]`` bytes of mantissa bits at ``offs[r, 3]``. ``filled``: ``rw[r]`` (uint16,
+    n + 1) and ``packed[r]`` (uint32, as :func:`decode2` wants) hold chunk ``r``'s words and
+    bits already, zero-padded (the caller copied them at memory speed); else each part is
+    copied into the scratch rows ``rw[0]`` and ``packed[0]`` (what lies past a chunk's own
+    words and bits is read only by a stream that the position checks refuse) before decoding
+    into ``out[r]``. ``status[r]``: the status, or E_PAD / E_LEFT when the mantissa bytes are
+    not exactly the bits read (zero padding)."""
     states = np.empty(4, dtype=np.uint32)
-    rw8 = rw.view(np.uint8)
-    p8 = packed.view(np.uint8)
     for r in range(out.shape[0]):
         o = offs[r, 0]
         for j in range(4):
             states[j] = np.uint32(buf[o + 4 * j]) | (np.uint32(buf[o + 4 * j + 1]) << 8) | \
                 (np.uint32(buf[o + 4 * j + 2]) << 16) | (np.uint32(buf[o + 4 * j + 3]) << 24)
         nw = offs[r, 1]
-        rw8[:2 * nw] = buf[offs[r, 2]:offs[r, 2] + 2 * nw]
-        rw8[2 * nw:2 * nw + 2] = 0  # (a valid stream never reads past its words or bits)
         tail = offs[r, 4]
-        p8[:tail] = buf[offs[r, 3]:offs[r, 3] + tail]
-        p8[tail:tail + 8] = 0
-        st, nbits = decode2(states, nw, rw, packed, tfb, th, params, out[r])
+        row = r if filled else 0
+        p8 = packed[row].view(np.uint8)
+        if not filled:
+            rw8 = rw[0].view(np.uint8)
+            rw8[:2 * nw] = buf[offs[r, 2]:offs[r, 2] + 2 * nw]
+            rw8[2 * nw:2 * nw + 2] = 0  # (a valid stream never reads past its words or bits)
+            p8[:tail] = buf[offs[r, 3]:offs[r, 3] + tail]
+            p8[tail:tail + 8] = 0
+        st, nbits = decode2(states, nw, rw[row], packed[row], tfb, th, params, out[r])
         if st == OK:
             if (nbits + 7) // 8 != tail:
                 st = E_LEFT
