@@ -92,7 +92,7 @@ def rate_row(name: str, path: str, fmt: str, tmp: str) -> dict:
     return row
 
 
-def speed_rows(cases, reps: int = 7) -> list[dict]:
+def speed_rows(cases, reps: int = 9) -> list[dict]:
     """Decode and encode CPU time of version 4 / version 3 on (name, path, layer) steps."""
     from co3cli.coding import get_coder, row_length
     from co3cli.dump import Dump
@@ -151,6 +151,8 @@ def render(rows, speed, load) -> str:
                  f"| {r['v4/v3']:.4f} | {r['zstd-3']:.3f} | {r['zstd-19']:.3f} | {r['lzma-6']:.3f} "
                  + " | ".join(f"{r[f'v3/{p}']:.3f} | **{r[f'v4/{p}']:.3f}**"
                               for p in ("zstd-3", "zstd-19", "lzma-6")) + " |")
+    if not rows:
+        return "\n".join(L[:1] + ["", "(CPU times only)", ""] + speed_table(speed, load)) + "\n"
     worst = max(rows, key=lambda r: r["v4/v3"])
     held = [r for r in rows if r["held_out"]]
     L += ["", f"Worst v4/v3: **{worst['v4/v3']:.4f}** ({worst['dump']} {worst['format']}); "
@@ -164,7 +166,11 @@ def render(rows, speed, load) -> str:
                  f"/zstd-3 {max(r[f'v{v}/zstd-3'] for r in rows):.3f}, /lzma-6 "
                  f"{max(r[f'v{v}/lzma-6'] for r in rows):.3f}, /zstd-19 "
                  f"{max(r[f'v{v}/zstd-19'] for r in rows):.3f}")
-    L += ["", f"CPU time (`time.process_time`, first 4 steps of a layer, interleaved A/B rounds, "
+    return "\n".join(L + [""] + speed_table(speed, load)) + "\n"
+
+
+def speed_table(speed, load) -> list[str]:
+    L = [f"CPU time (`time.process_time`, first 4 steps of a layer, interleaved A/B rounds, "
           f"medians; load average at start {load}):", "",
           "| dump | layer | format | entries | decode v3 ms | decode v4 ms | v4/v3 (range) "
           "| encode v3 ms | encode v4 ms | v4/v3 (range) |", "|---|---|---|---:|---:|---:|---|---:|---:|---|"]
@@ -173,7 +179,7 @@ def render(rows, speed, load) -> str:
                  + " | ".join(f"{s[f'{w}_v3_ms']:.1f} | {s[f'{w}_v4_ms']:.1f} | {s[f'{w}_ratio']:.3f} "
                               f"({s[f'{w}_range'][0]:.2f}-{s[f'{w}_range'][1]:.2f})"
                               for w in ("decode", "encode")) + " |")
-    return "\n".join(L) + "\n"
+    return L
 
 
 def main(argv=None) -> None:
@@ -181,6 +187,8 @@ def main(argv=None) -> None:
     ap.add_argument("--keep", metavar="DIR", help="capture into / reuse dumps from DIR")
     ap.add_argument("--skip-fl", action="store_true", help="without the FL transmitted.h5 dumps")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="these dumps only")
+    ap.add_argument("--reps", type=int, default=9, help="timed A/B rounds (default 9)")
+    ap.add_argument("--speed-only", action="store_true", help="the CPU times alone")
     ap.add_argument("--md", default=str(ROOT / "benchmarks/results/ctx4.md"))
     ap.add_argument("--json", default=str(ROOT / "benchmarks/results/ctx4.json"))
     args = ap.parse_args(argv)
@@ -192,10 +200,15 @@ def main(argv=None) -> None:
     tmp = args.keep or tmpctx.name
     os.makedirs(tmp, exist_ok=True)
     todo = [d for d in dumps(tmp, not args.skip_fl) if not args.only or d[0] in args.only]
-    rows = [rate_row(name, path, fmt, tmp) for name, path in todo for fmt in FORMATS]
+    rows = [] if args.speed_only else [rate_row(name, path, fmt, tmp) for name, path in todo
+                                       for fmt in FORMATS]
     from co3cli.data import SAMPLE_DATA_DIR
 
-    speed = speed_rows([("mnist5k-mlp", str(SAMPLE_DATA_DIR / "mnist5k-mlp.h5"), "fc1.weight")])
+    cases = [("mnist5k-mlp", str(SAMPLE_DATA_DIR / "mnist5k-mlp.h5"), "fc1.weight")]
+    if os.path.exists(os.path.join(tmp, "mnist5k-resnet.h5")):
+        cases.append(("mnist5k-resnet", os.path.join(tmp, "mnist5k-resnet.h5"),
+                      "layer4.0.conv2.weight"))
+    speed = speed_rows(cases, args.reps)
     Path(args.json).write_text(json.dumps({"rows": rows, "speed": speed, "load": load},
                                           indent=1) + "\n")
     Path(args.md).write_text(render(rows, speed, f"{load:.1f}"))

@@ -138,13 +138,14 @@ MODEL_VERSION = MODEL_VERSIONS[-1]
 _KERNELS = {1: (kern.encode_kernel, kern.decode_kernel),
             3: (kern2.encode_kernel, kern2.decode_kernel),
             4: (kern2.encode_kernel4, kern2.decode_kernel4)}
-MAG_INIT = {"fine": (65359, 65182, 64830, 12, 64), "coarse": (0, 64132, 64132, 4, 32)}
+MAG_INIT = {"fine": (65359, 65182, 64830, 12, 64, 1), "coarse": (0, 64132, 64132, 4, 16, 4)}
 """Version 4's magnitude-context start (``ctx_match_kernels._posterior_init``): per
 confidence level 0, 1, 2 the weight's decay per 1/16 magnitude index (``/ 2**16``; 0: that
 level starts from the prior, as version 3): halving every 16, 8, 4 indices on grids of >= 16
 magnitudes ('fine', as fp8), the prior at level 0 and halving every 2 indices on coarser ones
 (as fp4); then the initial count (at most ``limit``) and the number of buckets of the
-prediction ``P`` in the magnitude contexts (version 3: 32).  Integers only."""
+prediction ``P`` in the magnitude contexts (version 3: 32) and whether (4) or not (1) the
+match model's class of the matched entry (4 classes) enters them too.  Integers only."""
 MAG_FLOOR = 64
 """The distance weight never falls below ``MAG_FLOOR / 2**16``."""
 
@@ -205,9 +206,9 @@ class CtxTable:
         self._child, self._tp1, self._path_off, self._path_bit = kern.build_tree(w + 1)
         self._path_node = kern.path_nodes(self._child, self._path_off, self._path_bit)
         self._wm = (w + 1).astype(np.int64)
-        r0, r1, r2, count, buckets = MAG_INIT["fine" if mmax >= 16 else "coarse"]
-        self._mpar = np.array([r0, r1, r2, min(count, self._limit), MAG_FLOOR, buckets],
-                              dtype=np.int64)
+        r0, r1, r2, count, buckets, mclass = MAG_INIT["fine" if mmax >= 16 else "coarse"]
+        self._mpar = np.array([r0, r1, r2, min(count, self._limit), MAG_FLOOR, buckets,
+                               mclass], dtype=np.int64)
         self._pz0 = _prob(int(f[K]), 1 << precision)
         nneg = int(f[:K].sum())
         self._ps0 = _prob(nneg, nneg + int(f[K + 1:2 * K + 1].sum()))

@@ -89,14 +89,14 @@ def _posterior_tables(child, nint, mmax, mpar):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _posterior_init(PR, mb, mc, nint, mmax, pscale, nbk, wm, G, cum, nlo, nmid, nhi,
-                    count):  # pragma: no cover - compiled
+def _posterior_init(PR, mb, mc, nint, mmax, pscale, nbk, mzm, wm, G, cum, nlo, nmid,
+                    nhi, count):  # pragma: no cover - compiled
     """Version 4: magnitude context ``mc`` (bucket ``mc // NCONF`` of the prediction,
     confidence ``mc % NCONF``) starts at the tree's split ratios of the prior weights
     ``wm`` times ``G[conf, |16 m - centre|]`` (the bucket's centre): the prior given
     that the magnitude is near the prediction; ``count`` its initial count."""
-    cf = mc % NCONF
-    cb = ((2 * (mc // NCONF) + 1) * pscale) // (2 * nbk)
+    cf = (mc // mzm) % NCONF
+    cb = ((2 * (mc // (mzm * NCONF)) + 1) * pscale) // (2 * nbk)
     for k in range(1, mmax + 1):
         cum[k] = cum[k - 1] + ((wm[k - 1] * G[cf, abs((k << FP) - cb)]) >> 8) + 1
     for k in range(nint):
@@ -146,7 +146,8 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
     sbase = NZCTX * 4
     mbase = sbase + NSCTX2
     nbk = mpar[5] if v4 else NB   # buckets of the prediction in the magnitude contexts
-    nmctx = nbk * NCONF
+    mzm = mpar[6] if v4 else 1    # 4: the matched entry's class enters them too
+    nmctx = nbk * NCONF * mzm
     PR = np.zeros(mbase + nmctx * nint, dtype=np.int32)
     sparent = np.full(NSPARENT, (ps0 << 8) | N0, dtype=np.int64)
     zparent = np.full(NZPARENT, (pz0 << 8) | N0, dtype=np.int64)
@@ -258,12 +259,14 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
             if bit == 0:
                 # ---------------- magnitude: the tree path under context mc
                 mc = ((P * bmul) >> 32) * NCONF + conf
+                if v4:
+                    mc = mc * mzm + (mz if mzm > 1 else 0)
                 mb = mbase + mc * nint
                 if not minit[mc]:   # first use of a magnitude context: the prior
                     minit[mc] = True
-                    if v4 and mmax >= 2 and mpar[mc % NCONF] > 0:
-                        _posterior_init(PR, mb, mc, nint, mmax, pscale, nbk, wm, G, cum,
-                                        nlo, nmid, nhi, mpar[3])
+                    if v4 and mmax >= 2 and mpar[(mc // mzm) % NCONF] > 0:
+                        _posterior_init(PR, mb, mc, nint, mmax, pscale, nbk, mzm, wm, G,
+                                        cum, nlo, nmid, nhi, mpar[3])
                     else:
                         for k in range(nint):
                             PR[mb + k] = (tp1[k] << 8) | N0
@@ -499,7 +502,7 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
 
 
 _NOW = np.ones(1, dtype=np.int64)
-_NOP = np.zeros(6, dtype=np.int64)
+_NOP = np.zeros(7, dtype=np.int64)
 
 
 @njit(cache=True, nogil=True)
