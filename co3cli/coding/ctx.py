@@ -54,15 +54,17 @@ the sign's context is (``a``'s sign, the up sign class, the matched row's predic
 ``co3cli.coding.ctx_match_kernels``.  Version 1 files decode with version 1 (version 2
 is ``ctx-steps``'s).
 
-**Model version 4** (the default since this release) is version 3 whose magnitude contexts
-start, on first use, not from the prior's split ratios but from those of the prior times a
-distance weight around the context's predicted magnitude (the centre of its bucket of
-``P``): ``w(m) * 2**(-|m - centre| / tau)``, ``tau`` per confidence level (``MAG_INIT``;
-integers only), with a larger initial count.  It is the prior given that the magnitude is
-near its prediction, so a context codes well before it has learnt; this is the learning
-cost that dominates small layers.  Measured on whole default files
-(``benchmarks/bench_ctx4.py``, ``benchmarks/results/ctx4.md``): 0.3-2.7 % fewer bits at
-fp8, unchanged (+-0.05 %) at fp4; the same decode time.
+**Model version 4** (the default of ``ctx``) is version 3 whose magnitude
+contexts start, on first use, not from the prior's split ratios but from those of the prior
+times a distance weight around the context's predicted magnitude (the centre of its bucket
+of ``P``): ``w(m) * 2**(-|m - centre| / tau)``, ``tau`` per confidence level, with a larger
+initial count (``MAG_INIT``; integers only).  It is the prior given that the magnitude is
+near its prediction, so a context codes well before it has learnt: the learning cost that
+dominates small layers.  The magnitude contexts split ``P`` into 64 buckets on fine grids
+(fp8) and 16 on coarse ones (fp4), where the match model's class of the matched entry
+enters them too.  On the whole default files of every dump of ``bench_rate.py --check``
+(``benchmarks/bench_ctx4.py``, ``benchmarks/results/ctx4.md``): 0.15-2.6 % fewer bits
+at fp8, 0.02-0.6 % at fp4, none larger; decode and encode CPU time unchanged (0.87-1.01x).
 
 **Adaptation.**  A probability (16 bits, of a 1, kept in ``[32, 2**16 - 32]``) moves
 towards each coded bit by ``1 / (count + 1.5)``; ``count`` starts at 2 (the prior's
