@@ -157,9 +157,9 @@ def test_deterministic(rng):
 # Framing and corruption
 
 
-@pytest.fixture
-def coded(rng):
-    table = get_coder("ctx").table_from_weights(gennorm_weights(247))
+@pytest.fixture(params=[3, 4])
+def coded(rng, request):
+    table = get_coder("ctx", model_version=request.param).table_from_weights(gennorm_weights(247))
     sym = structured(rng, 30, 40, 247)
     return table, sym, table.encode(sym, 40)
 
@@ -297,7 +297,7 @@ def test_real_gradients_round_trip_and_exact_consumption(fmt):
 def test_table_bytes_round_trip(config, nsym):
     coder = get_coder("ctx", **config)
     assert coder_from_config(coder.config()).config() == coder.config() == {
-        "id": "ctx", **config, "model_version": 3}
+        "id": "ctx", **config, "model_version": 4}
     table = coder.table_from_weights(gennorm_weights(nsym))
     data = table.to_bytes()
     back = coder.table_from_bytes(data, nsym)
@@ -329,7 +329,7 @@ def test_corrupt_table_bytes_rejected():
 
 
 def test_model_versions_decode_their_own_payloads(rng):
-    """Version 3 (the default) and version 1 code the same symbols to different bytes; each
+    """Version 3 and version 1 code the same symbols to different bytes; each
     table decodes its own, a table of the other version refuses them (exact consumption),
     and the stored version byte decides, whatever the coder config says."""
     nsym, rows, cols = 255, 24, 40
@@ -339,7 +339,7 @@ def test_model_versions_decode_their_own_payloads(rng):
     sign = np.sign(rng.normal(size=(rows, 1))) * np.sign(rng.normal(size=(1, cols)))
     sym = (K + sign * mag).astype(np.uint16).ravel()
     w = gennorm_weights(nsym)
-    v3 = get_coder("ctx").table_from_weights(w)
+    v3 = get_coder("ctx", model_version=3).table_from_weights(w)
     v1 = get_coder("ctx", model_version=1).table_from_weights(w)
     assert (v3.model_version, v1.model_version) == (3, 1)
     b3, b1 = round_trip(v3, sym, cols), round_trip(v1, sym, cols)
@@ -355,7 +355,7 @@ def test_model_versions_decode_their_own_payloads(rng):
             np.testing.assert_array_equal(back.decode(blob, sym.size, cols=cols), sym)
     assert get_coder("ctx", model_version=1).config() == {"id": "ctx", "precision": 16,
                                                           "limit": 60}
-    for bad in (0, 2, 4, "x", 1.5, True):
+    for bad in (0, 2, 5, "x", 1.5, True):
         with pytest.raises(InputError, match="model_version"):
             get_coder("ctx", model_version=bad)
     with pytest.raises(InputError, match="model_version"):
@@ -401,7 +401,7 @@ def test_bad_inputs(rng):
 
 def test_registry_and_expected_bits():
     assert CODERS.get("ctx") is CtxCoder
-    assert CtxCoder.PARAMS == {"precision": 16, "limit": 60, "model_version": 3}
+    assert CtxCoder.PARAMS == {"precision": 16, "limit": 60, "model_version": 4}
     table = get_coder("ctx").table_from_weights(gennorm_weights(247))
     lengths = table.code_lengths()
     assert np.all(lengths > 0)
@@ -453,11 +453,12 @@ def test_beats_order0_and_lzma_on_real_gradients(fmt):
 @pytest.mark.parametrize("rows,cols", [(1, 500), (2, 300), (31, 9), (33, 9), (34, 9), (70, 7),
                                        (5, 1), (3, 4)])
 @pytest.mark.parametrize("nsym", [15, 255])
-def test_match_model_ring_sizes_round_trip(rng, rows, cols, nsym):
+@pytest.mark.parametrize("version", [3, 4])
+def test_match_model_ring_sizes_round_trip(rng, rows, cols, nsym, version):
     """Version 3 keeps min(32, rows - 1) earlier rows (none for one row): every boundary
     round-trips, a partial last row included, and a payload one byte short or long is
     refused."""
-    table = get_coder("ctx").table_from_weights(gennorm_weights(nsym))
+    table = get_coder("ctx", model_version=version).table_from_weights(gennorm_weights(nsym))
     sym = structured(rng, rows, cols, nsym, dead_rows=min(2, rows - 1), dead_cols=1).ravel()
     for n in {sym.size, max(sym.size - cols // 2, 0)}:
         blob = round_trip(table, sym[:n].copy(), cols)
@@ -466,7 +467,7 @@ def test_match_model_ring_sizes_round_trip(rng, rows, cols, nsym):
                 table.decode(bad, n, cols=cols)
 
 
-@pytest.mark.parametrize("version", [1, 3])
+@pytest.mark.parametrize("version", [1, 3, 4])
 def test_config_round_trip_keeps_the_model_version(version):
     """``config()`` leaves version 1 out (files from before version 3 carry no such key); a
     config without it means version 1, so ``from_config`` rebuilds the same coder (a
@@ -477,4 +478,84 @@ def test_config_round_trip_keeps_the_model_version(version):
     back = CODERS.from_config(c.config())
     assert back.config() == c.config() and back.model_version == version
     assert back.table_from_weights(np.ones(7)).model_version == version
-    assert CODERS.build("ctx").model_version == 3  # what is written now
+    assert CODERS.build("ctx").model_version == 4  # what is written now
+
+
+# ---------------------------------------------------------------------------------------
+# Model version 4: magnitude contexts started from the prior near their prediction
+
+
+def test_version4_round_trips_and_refuses_version3_payloads(rng):
+    """Version 4 codes the same symbols to other bytes than version 3; each table decodes
+    its own and refuses the other's (exact consumption), the stored version byte decides."""
+    nsym, rows, cols = 247, 20, 30
+    sym = structured(rng, rows, cols, nsym)
+    w = gennorm_weights(nsym)
+    v3 = get_coder("ctx", model_version=3).table_from_weights(w)
+    v4 = get_coder("ctx").table_from_weights(w)
+    assert (v3.model_version, v4.model_version, v4.to_bytes()[0]) == (3, 4, 4)
+    b3, b4 = round_trip(v3, sym, cols), round_trip(v4, sym, cols)
+    assert b3 != b4
+    for table, blob in ((v3, b4), (v4, b3)):
+        with pytest.raises(CorruptDataError):
+            table.decode(blob, sym.size, cols=cols)
+    back = get_coder("ctx", model_version=3).table_from_bytes(v4.to_bytes(), nsym)
+    assert back.model_version == 4
+    np.testing.assert_array_equal(back.decode(b4, sym.size, cols=cols), sym)
+
+
+def test_version4_coarse_grid_without_column_estimates_is_version3(rng):
+    """On a coarse grid (fewer than 16 magnitudes) version 4 starts confidence-0 contexts
+    from the prior as version 3 does: a one-row tensor (no column estimates: confidence 0
+    throughout) codes to version 3's bytes; on a fine grid it does not."""
+    for nsym, same in ((11, True), (247, False)):
+        w = gennorm_weights(nsym)
+        sym = sample(w, 3000, rng)
+        v3 = get_coder("ctx", model_version=3).table_from_weights(w)
+        v4 = get_coder("ctx").table_from_weights(w)
+        assert (round_trip(v3, sym) == round_trip(v4, sym)) is same
+        assert (v3.encode(sym, 100) == v4.encode(sym, 100)) is False
+
+
+@pytest.mark.skipif(not SAMPLE.exists(), reason="sample dump not bundled")
+def test_version4_cheaper_than_version3_on_small_real_layers():
+    """The point of version 4: less learning cost where a layer is small (fp8-e5m2, the
+    first rows of a real gradient, coded step by step)."""
+    from co3cli.dump import Dump
+    from co3cli.formats import get_grid
+    from co3cli.tables import scale_and_quantize
+
+    with Dump.open(SAMPLE) as dump:
+        data = dump.read_layer("fc2.weight")[:4]
+        cols = dump.shape("fc2.weight")[1]
+    _, sym, counts = scale_and_quantize(data, get_grid("fp8-e5m2"), None)
+    v3 = get_coder("ctx", model_version=3).table_from_weights(counts + 0.5)
+    v4 = get_coder("ctx").table_from_weights(counts + 0.5)
+    n3 = sum(len(round_trip(v3, row[:8 * cols].copy(), cols)) for row in sym)
+    n4 = sum(len(round_trip(v4, row[:8 * cols].copy(), cols)) for row in sym)
+    assert n4 < 0.99 * n3
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), nsym=st.sampled_from([2, 3, 11, 16, 17, 33, 247, 255]),
+       n=st.integers(0, 400), cols=st.integers(1, 40), seed=st.integers(0, 2**16))
+def test_version4_fuzzed_round_trips_and_flips(data, nsym, n, cols, seed):
+    """Random priors (zeros included), symbols and row lengths round-trip; a flipped
+    byte raises or decodes to the input; one byte short or long is refused."""
+    rng = np.random.default_rng(seed)
+    w = rng.random(nsym) ** 3 * (rng.random(nsym) < 0.8)
+    w[rng.integers(nsym)] += 1
+    table = get_coder("ctx").table_from_weights(w)
+    sym = rng.integers(0, nsym, n).astype(np.uint16) if data.draw(st.booleans()) else \
+        structured(rng, max(n // cols, 1), cols, nsym, 0, 0)
+    blob = round_trip(table, sym, cols)
+    for bad in (blob[:-1], blob + b"\x00"):
+        with pytest.raises(CorruptDataError):
+            table.decode(bad, sym.size, cols=cols)
+    bad = bytearray(blob)
+    bad[int(rng.integers(len(bad)))] ^= int(rng.integers(1, 256))
+    try:
+        out = table.decode(bytes(bad), sym.size, cols=cols)
+    except CorruptDataError:
+        return
+    np.testing.assert_array_equal(out, sym)

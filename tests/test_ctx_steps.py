@@ -178,7 +178,7 @@ def test_coder_config_and_tables():
     table = coder.table_from_weights(np.ones(15))
     data = table.to_bytes()
     assert data[0] == 2 and coder.table_from_bytes(data, 15).key_every == 4
-    with pytest.raises(CorruptDataError, match="model version 3"):  # a ctx table
+    with pytest.raises(CorruptDataError, match="model version 4"):  # a ctx table
         coder.table_from_bytes(get_coder("ctx", limit=30).table_from_weights(np.ones(15)).to_bytes(), 15)
     with pytest.raises(CorruptDataError, match="model version 2"):
         get_coder("ctx", limit=30).table_from_bytes(data, 15)

@@ -4,8 +4,9 @@ still compress to the same bytes (``SOURCE_DATE_EPOCH`` fixes the one timestamp)
 The fixtures in ``tests/golden/`` were made by co3cli 0.1.0 with ``tests/golden/make_golden.py``
 (``GROUP_CASES``: small layers pooled into group blocks), rewritten in the ``.co3`` 1.3 layout;
 the earlier ones (1.0-1.2) are in ``tests/golden/v1.2/`` (``tests/test_container_compact.py``).
-``CTX3_CASES`` by co3cli 0.2 (``ctx`` model version 3).  ``CTX_V1_CASES`` were written with
-``ctx`` model version 1, the default then: they are rebuilt with ``model_version=1``.
+``CTX3_CASES`` by co3cli 0.2 (``ctx`` model version 3), ``CTX4_CASES`` with version 4.
+``CTX_OLD_CASES`` were written with an earlier ``ctx`` model version, the default then: they
+are rebuilt with that ``model_version``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import json
 import numpy as np
 import pytest
 
-from golden.make_golden import (BOOK, CASES, CTX3_CASES, CTX_V1_CASES, EPOCH, GROUP_CASES,
-                                GROUP_SOURCE, HERE, compress_v1)
+from golden.make_golden import (BOOK, CASES, CTX3_CASES, CTX4_CASES, CTX_OLD_CASES, EPOCH,
+                                GROUP_CASES, GROUP_SOURCE, HERE, compress_v1)
 
-ALL_CASES = {**CASES, **CTX3_CASES}
+ALL_CASES = {**CASES, **CTX3_CASES, **CTX4_CASES}
 
 VOLATILE = ("co3cli_version", "created")  # what a newer version may write differently
 
@@ -49,12 +50,12 @@ def _same_dump(a, b):
 
 
 def compress_case(src, out, case, opts, capsys):
-    """``co3 compress src -o out *opts`` as the fixture ``case`` was made (version 1 ctx cases
-    through the library with ``model_version=1``)."""
+    """``co3 compress src -o out *opts`` as the fixture ``case`` was made (earlier ctx model
+    versions through the library with their ``model_version``)."""
     from conftest import run_cli
 
-    if case in CTX_V1_CASES:
-        compress_v1(src, out, opts)
+    if case in CTX_OLD_CASES:
+        compress_v1(src, out, opts, CTX_OLD_CASES[case])
         return
     code, _, err = run_cli("compress", src, "-o", out, *opts, "-q", capsys=capsys)
     assert code == 0, err

@@ -30,6 +30,16 @@ arguments and return the same statuses as version 1's.
 
 Rate and speed against version 1: ``benchmarks/bench_ctx2.py``,
 ``benchmarks/results/ctx2.md``.
+
+**Version 4** (``encode_kernel4`` / ``decode_kernel4``: the same model function with
+``v4`` set) changes only where a magnitude context starts: ``_posterior_init`` sets its
+tree's probabilities to the split ratios of the prior's magnitude weights ``wm`` times a
+distance weight ``G[conf, |16 m - centre|]`` around the centre of the context's bucket of
+the prediction (``_posterior_tables``: geometric decays per confidence level from
+``mpar``, floored; a decay of 0 keeps version 3's start for that level), with the initial
+count ``mpar[3]``; the magnitude contexts split the prediction into ``mpar[5]`` buckets
+(version 3: ``NB``).  Integers only.  Against version 3: ``benchmarks/bench_ctx4.py``,
+``benchmarks/results/ctx4.md``.
 """
 
 from __future__ import annotations
@@ -53,11 +63,56 @@ NSPARENT = 3 * 3 * 3
 """Their parents (left sign, up sign class, matched sign), always updated."""
 
 
+@njit(cache=True, nogil=True)
+def _posterior_tables(child, nint, mmax, mpar):  # pragma: no cover - compiled
+    """Leaf ranges ``lo..hi`` of every tree node (its left subtree ends at ``mid``) and the
+    distance weights ``G[conf, d]`` (``2**16`` at distance 0 in predictor units, times
+    ``mpar[conf] / 2**16`` per unit, never below ``mpar[4]``): integers only."""
+    nlo = np.ones(nint, dtype=np.int64)
+    nmid = np.ones(nint, dtype=np.int64)
+    nhi = np.ones(nint, dtype=np.int64)
+    if mmax >= 2:
+        for node in range(nint - 1, -1, -1):   # nodes are numbered parents first
+            c0 = child[2 * node]
+            c1 = child[2 * node + 1]
+            nlo[node] = -c0 if c0 < 0 else nlo[c0]
+            nmid[node] = -c0 if c0 < 0 else nhi[c0]
+            nhi[node] = -c1 if c1 < 0 else nhi[c1]
+    gl = (mmax + 2) << FP
+    G = np.zeros((NCONF, gl), dtype=np.int64)
+    for cf in range(NCONF):
+        g = np.int64(PROB_ONE)
+        for x in range(gl):
+            G[cf, x] = g
+            g = max((g * mpar[cf]) >> 16, mpar[4])
+    return nlo, nmid, nhi, G
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _posterior_init(PR, mb, mc, nint, mmax, pscale, nbk, mzm, wm, G, cum, nlo, nmid,
+                    nhi, count):  # pragma: no cover - compiled
+    """Version 4: magnitude context ``mc`` (bucket ``mc // NCONF`` of the prediction,
+    confidence ``mc % NCONF``) starts at the tree's split ratios of the prior weights
+    ``wm`` times ``G[conf, |16 m - centre|]`` (the bucket's centre): the prior given
+    that the magnitude is near the prediction; ``count`` its initial count."""
+    cf = (mc // mzm) % NCONF
+    cb = ((2 * (mc // (mzm * NCONF)) + 1) * pscale) // (2 * nbk)
+    for k in range(1, mmax + 1):
+        cum[k] = cum[k - 1] + ((wm[k - 1] * G[cf, abs((k << FP) - cb)]) >> 8) + 1
+    for k in range(nint):
+        tot = cum[nhi[k]] - cum[nlo[k] - 1]
+        wr = cum[nhi[k]] - cum[nmid[k]]
+        pk = min(max((2 * wr * PROB_ONE + tot) // (2 * tot), PMIN), PROB_ONE - PMIN)
+        PR[mb + k] = (pk << 8) | count
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
-            path_node, limit, recip):  # pragma: no cover - compiled
+            path_node, limit, recip, wm, mpar, v4):  # pragma: no cover - compiled
     """Version 3 (module docstring): ``ctx_kernels._run_fast`` plus the match model and
-    the column sign memory in the zero-flag and sign contexts."""
+    the column sign memory in the zero-flag and sign contexts; ``v4`` (a constant of each
+    kernel): version 4, whose magnitude contexts start from ``_posterior_init``
+    (``wm``, ``mpar``: its arguments)."""
     n = sym.size
     nbuf = buf.size
     low = 0
@@ -82,9 +137,17 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
         buf[0] = 0   # the byte a carry out of ``low`` would go to: always 0
         pos = 1
     nint = child.size // 2
+    if v4:
+        nlo, nmid, nhi, G = _posterior_tables(child, nint, mmax, mpar)
+    else:
+        nlo = nmid = nhi = np.ones(1, dtype=np.int64)
+        G = np.zeros((1, 1), dtype=np.int64)
+    cum = np.zeros(mmax + 1 if v4 else 1, dtype=np.int64)
     sbase = NZCTX * 4
     mbase = sbase + NSCTX2
-    nmctx = NB * NCONF
+    nbk = mpar[5] if v4 else NB   # buckets of the prediction in the magnitude contexts
+    mzm = mpar[6] if v4 else 1    # 4: the matched entry's class enters them too
+    nmctx = nbk * NCONF * mzm
     PR = np.zeros(mbase + nmctx * nint, dtype=np.int32)
     sparent = np.full(NSPARENT, (ps0 << 8) | N0, dtype=np.int64)
     zparent = np.full(NZPARENT, (pz0 << 8) | N0, dtype=np.int64)
@@ -126,7 +189,7 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
         mean_step[k] = PROB_ONE // k
     pmax = mmax << FP
     pscale = (mmax + 1) << FP
-    bmul = (NB << 32) // pscale
+    bmul = (nbk << 32) // pscale
     zmul = (NZP << 32) // pscale
     j = 0
     ro = 0
@@ -196,11 +259,17 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
             if bit == 0:
                 # ---------------- magnitude: the tree path under context mc
                 mc = ((P * bmul) >> 32) * NCONF + conf
+                if v4:
+                    mc = mc * mzm + (mz if mzm > 1 else 0)
                 mb = mbase + mc * nint
                 if not minit[mc]:   # first use of a magnitude context: the prior
                     minit[mc] = True
-                    for k in range(nint):
-                        PR[mb + k] = (tp1[k] << 8) | N0
+                    if v4 and mmax >= 2 and mpar[(mc // mzm) % NCONF] > 0:
+                        _posterior_init(PR, mb, mc, nint, mmax, pscale, nbk, mzm, wm, G,
+                                        cum, nlo, nmid, nhi, mpar[3])
+                    else:
+                        for k in range(nint):
+                            PR[mb + k] = (tp1[k] << 8) | N0
                 if mmax == 1:
                     v = 1
                 elif decode:
@@ -432,6 +501,10 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
     return 0, pos
 
 
+_NOW = np.ones(1, dtype=np.int64)
+_NOP = np.zeros(7, dtype=np.int64)
+
+
 @njit(cache=True, nogil=True)
 def encode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                   path_node, limit, recip):  # pragma: no cover - compiled
@@ -439,7 +512,7 @@ def encode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_
     Encode ``sym`` into ``buf``: (0, bytes written), (1, index of a symbol >= nsym) or
     (2, 0) ``buf`` too small (byte 0 of ``buf`` is always 0)."""
     return _run_v2(False, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                     path_bit, path_node, limit, recip)
+                     path_bit, path_node, limit, recip, _NOW, _NOP, False)
 
 
 @njit(cache=True, nogil=True)
@@ -450,4 +523,21 @@ def decode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_
     end in the encoder's final state with every byte read; (3, 0) too short or starts out
     of range."""
     return _run_v2(True, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                     path_bit, path_node, limit, recip)
+                     path_bit, path_node, limit, recip, _NOW, _NOP, False)
+
+
+@njit(cache=True, nogil=True)
+def encode_kernel4(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
+    """Version 4's encoder: ``encode_kernel``'s arguments and statuses plus the prior's
+    magnitude weights ``wm`` and the parameters ``mpar`` of ``_posterior_init``."""
+    return _run_v2(False, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
+                   path_bit, path_node, limit, recip, wm, mpar, True)
+
+
+@njit(cache=True, nogil=True)
+def decode_kernel4(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
+    """Version 4's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel4``)."""
+    return _run_v2(True, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
+                   path_bit, path_node, limit, recip, wm, mpar, True)

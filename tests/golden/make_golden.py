@@ -12,7 +12,8 @@ and keep those tests passing (old files still decode). ``--groups`` writes only 
 ``source-groups.h5``), made by co3cli 0.1.0 with container minor version 1 (now 1.3: the
 fixtures of 1.0-1.2 are kept, with what they decode to, in ``v1.2/``, and
 ``tests/test_container_compact.py`` decodes every one of them bit for bit). ``--ctx3`` writes only
-``CTX3_CASES`` (``ctx`` model version 3). ``--steps`` writes only the step-group
+``CTX3_CASES`` (``ctx`` model version 3), ``--ctx4`` only ``CTX4_CASES`` (version 4,
+the default). ``--steps`` writes only the step-group
 fixtures (``STEPS_CASES``, from ``source-steps.h5``: ``LYS`` blocks, a drifting layer split into
 step groups and a tiny one stored). ``--same`` writes only the equal-layer fixtures
 (``SAME_CASES``, from ``source-same.h5``: ``LYE`` references to an equal earlier layer).
@@ -52,9 +53,16 @@ CTX3_CASES = {
     "fp8-ctx3": ["--format", "fp8-e5m2", "--coder", "ctx", "--model", "gennorm-zi"],
     "fp4-ctx3": ["--format", "fp4-co3", "--coder", "ctx", "--model", "gennorm-zi"],
 }
-# written with ``ctx`` model version 1 (the default before version 3): rebuilt by the tests
-# (and here) with ``coder_params={"model_version": 1}``
-CTX_V1_CASES = ("fp8-ctx", "fp4-ctx", "steps-default")
+# ``ctx`` model version 4 (magnitude contexts started near their prediction), the default
+CTX4_CASES = {
+    "fp8-ctx4": ["--format", "fp8-e5m2", "--coder", "ctx", "--model", "gennorm-zi"],
+    "fp4-ctx4": ["--format", "fp4-co3", "--coder", "ctx", "--model", "gennorm-zi"],
+    "fp8-default4": ["--format", "fp8-e5m2"],
+}
+# written with an earlier ``ctx`` model version, the default then: rebuilt by the tests (and
+# here) with ``coder_params={"model_version": version}``
+CTX_OLD_CASES = {"fp8-ctx": 1, "fp4-ctx": 1, "steps-default": 1, "fp8-ctx3": 3, "fp4-ctx3": 3}
+CTX_V1_CASES = tuple(k for k, v in CTX_OLD_CASES.items() if v == 1)
 BOOK = ["--format", "fp8-e5m2", "--coder", "huffman", "--model", "gennorm-zi"]
 # the 1.1 layout (small layers pooled into group blocks), from ``source-groups.h5``
 GROUP_SOURCE = HERE / "source-groups.h5"
@@ -167,18 +175,25 @@ def make_same() -> None:
 
 
 def make_ctx3() -> None:
+    os.environ["SOURCE_DATE_EPOCH"] = EPOCH
     for name, opts in CTX3_CASES.items():
+        compress_v1(HERE / "source.h5", HERE / f"{name}.co3", opts, CTX_OLD_CASES[name])
+        co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
+
+
+def make_ctx4() -> None:
+    for name, opts in CTX4_CASES.items():
         co3("compress", str(HERE / "source.h5"), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
 
 
-def compress_v1(src, dst, opts) -> None:
-    """``co3 compress src -o dst *opts`` with ``ctx`` model version 1 (``CTX_V1_CASES``)."""
+def compress_v1(src, dst, opts, version: int = 1) -> None:
+    """``co3 compress src -o dst *opts`` with ``ctx`` model ``version`` (``CTX_OLD_CASES``)."""
     from co3cli.codec import compress
 
     names = {"--format": "format", "--coder": "coder", "--model": "model", "--scale": "scale"}
     kw = {names[k]: v for k, v in zip(opts[::2], opts[1::2])}
-    compress(str(src), str(dst), coder_params={"model_version": 1}, **kw)
+    compress(str(src), str(dst), coder_params={"model_version": version}, **kw)
 
 
 def co3(*args: str) -> None:
@@ -195,13 +210,14 @@ def main() -> None:
                attrs={"task": "golden", "seed": 20260101})
     co3("codebook", "build", str(src), "-o", str(HERE / "book.json"), *BOOK, "-q")
     for name, opts in CASES.items():
-        if name in CTX_V1_CASES:
+        if name in CTX_OLD_CASES:
             os.environ["SOURCE_DATE_EPOCH"] = EPOCH
             compress_v1(src, HERE / f"{name}.co3", opts)
         else:
             co3("compress", str(src), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
     make_ctx3()
+    make_ctx4()
 
 
 if __name__ == "__main__":
@@ -209,6 +225,8 @@ if __name__ == "__main__":
         make_groups()
     elif sys.argv[1:] == ["--ctx3"]:  # only the ctx model version 3 fixtures
         make_ctx3()
+    elif sys.argv[1:] == ["--ctx4"]:  # only the ctx model version 4 fixtures
+        make_ctx4()
     elif sys.argv[1:] == ["--steps"]:  # only the step-group fixtures
         make_steps()
     elif sys.argv[1:] == ["--same"]:  # only the equal-layer fixtures
