@@ -32,7 +32,7 @@ from co3cli import segments, tables
 from co3cli.coding import get_coder, row_length
 from co3cli.container import (Co3Writer, Joined, join_config, joinable, open_co3, plan_config,
                               plan_groups, plan_units, step_context, table_field_bytes)
-from co3cli.container.gcompact import payload_shares, stacked_bodies
+from co3cli.container.gcompact import meta_field_bytes, payload_shares, stacked_bodies
 from co3cli.container.gcompact import stacks as stack_groups
 from co3cli.container.decode import (block_table, decode_block, iter_decode_block,  # noqa: F401
                                      read_co3_setup, step_tables)  # (decode_block, iter_decode_block,
@@ -214,6 +214,9 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     if model == tables.AUTO and coder.id == POOL_ALL_CODER:  # an adaptive coder's prior: the
         # pooled counts or a flat one (a table that deflates to a few bytes), the smaller
         candidates.append((coder.table_from_weights(np.ones(grid.nsym)), {"model": "uniform"}))
+        octaves = tables.octave_freqs(counts, coder.precision)  # the counts, cheaper to store
+        if octaves is not None:
+            candidates.append((coder.table_from_ints(octaves), {"model": "empirical-octaves"}))
     syms = [(sym, row_length(None if shapes is None else shapes[k], sym.shape[1]))
             for k, (sym, _, _) in enumerate(quantized)]
     can_join = join and all(joinable(*sym.shape) for sym, _ in syms)
@@ -232,7 +235,7 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
                     size, joined = _framed(stacked), True
                 else:
                     stacked = None
-        size += table_field_bytes(table.to_bytes())
+        size += table_field_bytes(table.to_bytes()) + meta_field_bytes(meta)
         if best is None or size < best[0]:
             best = (size, table, meta, bodies, joined, stacked)
     _, table, meta, bodies, joined, stacked = best

@@ -297,3 +297,46 @@ def test_files_of_13_decode_bit_exactly(path, tmp_path):
         assert list(back) == list(orig)
         for name in orig:
             assert back[name][1] == orig[name][1] and np.array_equal(back[name][0], orig[name][0])
+
+
+# ----------------------------------------------------------- the ctx prior of a group
+
+
+def test_octave_prior_is_powers_of_two_summing_to_the_precision():
+    from co3cli.tables import octave_freqs
+
+    counts = np.array([0, 3, 40, 1000, 37, 2, 0, 1])
+    f = octave_freqs(counts, 12)
+    assert f.sum() == 1 << 12 and np.all((f > 0) == (counts > 0))
+    others = np.delete(f, np.argmax(counts))
+    assert np.all((others & (others - 1)) == 0)  # powers of two (or 0)
+    assert octave_freqs(np.zeros(5), 12) is None
+    assert octave_freqs(np.ones(8192), 12) is None  # every symbol at 2**-13 rounds to 1: no room
+
+
+def _kernels(rng, steps=3, k=10, n=1152):
+    out = {}
+    for b in range(k):
+        x = (rng.standard_normal((steps, n)) * rng.lognormal(-6, 1, (steps, 1))).astype(np.float32)
+        out[f"l{b}.weight"] = (x, (n // 72, 8, 3, 3))
+        out[f"l{b}.bias"] = ((rng.laplace(size=(steps, 8)) * 1e-2).astype(np.float32), (8,))
+    return out
+
+
+def test_the_octave_prior_is_taken_where_the_file_is_smaller(tiny_dump, tmp_path, monkeypatch):
+    from co3cli import tables
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")  # the same header bytes
+    src = tmp_path / "k.h5"
+    write_dump(src, _kernels(np.random.default_rng(1)), steps=np.arange(3))
+    for path, chosen in ((src, True), (tiny_dump, False)):  # 34,800 entries; 7,050
+        with_it = compress(path, tmp_path / "a.co3", threads=1)
+        with open(tmp_path / "a.co3", "rb") as f:
+            meta = open_co3(f).read_layer(0).meta
+        with monkeypatch.context() as m:
+            m.setattr(tables, "octave_freqs", lambda counts, precision: None)
+            without = compress(path, tmp_path / "b.co3", threads=1)
+        assert (meta["model"] == "empirical-octaves") == chosen
+        assert with_it.nbytes < without.nbytes if chosen else with_it.nbytes == without.nbytes
+        decompress(tmp_path / "a.co3", tmp_path / "a.h5")
+        check_lossless(path, tmp_path / "a.co3", tmp_path / "a.h5", "fp8-e5m2", None)

@@ -31,6 +31,7 @@ are kept bit for bit (a reader refuses any that is not a positive finite number)
 
 from __future__ import annotations
 
+import json
 import zlib
 
 import numpy as np
@@ -100,6 +101,12 @@ def read_scales(buf, pos: int, end: int, n: int, what: str) -> tuple[np.ndarray,
         raise CorruptDataError(f"{what}: a scale's exponent out of range")
     vals = ((high << _LOW) | low).astype("<u4").view("<f4").astype(np.float32)
     return vals, pos + 3 + nbytes
+
+
+def meta_field_bytes(meta: dict) -> int:
+    """Bytes a ``GRC`` block spends on metadata ``meta`` (its length field included)."""
+    js = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
+    return len(_field(js, deflate(js)))
 
 
 def _field(data: bytes, packed: bytes) -> bytes:

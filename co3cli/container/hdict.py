@@ -76,7 +76,7 @@ _NAMES = (  # 1.4: layer names go in the binary section (co3cli.container.hcompa
     'attn.qkv.weightmlp.fc1.weightnorm1.weightln_f.biasclassifier.weight'
     'features.0.weightencoder.layers.0.linear2.bias'
     'conv2.weightconv2.biasbn2.weightbn2.biasfc2.weightfc2.biasfc.weightfc.bias'
-    '{"model":"uniform"}{"model":"empirical"}'
+    '{"model":"empirical-octaves"}{"model":"uniform"}{"model":"empirical"}'
 )
 _HEADER_V2 = _HEADER[:_HEADER.index('"layers":[')] + _HEADER[_HEADER.index('"loss":[],'):]
 HEADER_DICT_V2 = (_MODULES + _NAMES + _SOURCE + _HEADER_V2).encode()
