@@ -340,3 +340,27 @@ def test_the_octave_prior_is_taken_where_the_file_is_smaller(tiny_dump, tmp_path
         assert with_it.nbytes < without.nbytes if chosen else with_it.nbytes == without.nbytes
         decompress(tmp_path / "a.co3", tmp_path / "a.h5")
         check_lossless(path, tmp_path / "a.co3", tmp_path / "a.h5", "fp8-e5m2", None)
+
+
+@pytest.mark.parametrize("edit", ["extended", "cut", "moved twice"])
+def test_a_file_whose_compact_header_lies_is_refused_in_one_line(tiny_dump, tmp_path, monkeypatch,
+                                                                 edit):
+    from co3cli.container import blocks
+
+    def bad(h):
+        raw = pack_header(h)
+        if edit == "extended":
+            return raw + b"\0"
+        if edit == "cut":
+            return raw[:-3]
+        from co3cli.container.framing import read_uvarint
+
+        n, pos = read_uvarint(raw, 0, len(raw), "t")  # steps in the JSON and moved too
+        js = json.dumps({**json.loads(raw[pos:pos + n]), "steps": [0]}).encode()
+        return bytes([len(js) & 0x7F | 0x80, len(js) >> 7]) + js + raw[pos + n:]
+
+    monkeypatch.setattr(blocks, "pack_header", bad)
+    compress(tiny_dump, tmp_path / "x.co3", threads=1)
+    with pytest.raises(CorruptDataError) as e:
+        decompress(tmp_path / "x.co3", tmp_path / "x.h5")
+    assert "\n" not in str(e.value) and "header" in str(e.value)
