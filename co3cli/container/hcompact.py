@@ -32,6 +32,7 @@ import json
 import numpy as np
 
 from co3cli.container.framing import read_uvarint
+from co3cli.container.header import MAX_HEADER_JSON
 from co3cli.errors import CorruptDataError
 from co3cli.varint import uvarint
 
@@ -175,6 +176,7 @@ def _read_layers(r: _Reader, max_dims: int) -> list:
 
 def _read_steps(r: _Reader, max_steps: int) -> list:
     n = r.uv("steps")
+    max_steps = min(max_steps, MAX_HEADER_JSON // 2)  # as many as a JSON header could list
     if not 1 <= n <= max_steps:
         raise CorruptDataError(f"{r.what}: {n} steps (at most {max_steps} in this file)")
     first, stride = r.zz("first step"), r.zz("step stride")
