@@ -32,6 +32,8 @@ from co3cli import segments, tables
 from co3cli.coding import get_coder, row_length
 from co3cli.container import (Co3Writer, Joined, join_config, joinable, open_co3, plan_config,
                               plan_groups, plan_units, step_context, table_field_bytes)
+from co3cli.container.gcompact import meta_field_bytes, payload_shares, stacked_bodies
+from co3cli.container.gcompact import stacks as stack_groups
 from co3cli.container.decode import (block_table, decode_block, iter_decode_block,  # noqa: F401
                                      read_co3_setup, step_tables)  # (decode_block, iter_decode_block,
 # block_table: re-exported)
@@ -55,6 +57,7 @@ class EncodedLayer:
     counts: np.ndarray  # symbol counts over all steps (int64, nsym)
     step_groups: list | None = None  # (steps, kind, table) per group: an LYS block
     joined: bool = False  # ``bodies`` is one chunk of every step (``.co3`` 1.3 LYJ/GRJ)
+    payload_bytes: int | None = None  # a stacked group member's share of its stack's body
 
 
 @dataclass
@@ -192,6 +195,7 @@ class EncodedGroup:
     meta: dict  # the pooled fit (report metadata)
     table: object
     members: list[EncodedLayer]  # meta: each layer's own (scale-fallback provenance, or {})
+    stacks: list | None = None  # ``.co3`` 1.4: a body per stack of members (``GRC`` layout 1)
 
 
 def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model="gennorm-zi",
@@ -210,24 +214,37 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     if model == tables.AUTO and coder.id == POOL_ALL_CODER:  # an adaptive coder's prior: the
         # pooled counts or a flat one (a table that deflates to a few bytes), the smaller
         candidates.append((coder.table_from_weights(np.ones(grid.nsym)), {"model": "uniform"}))
+        octaves = tables.octave_freqs(counts, coder.precision)  # the counts, cheaper to store
+        if octaves is not None:
+            candidates.append((coder.table_from_ints(octaves), {"model": "empirical-octaves"}))
     syms = [(sym, row_length(None if shapes is None else shapes[k], sym.shape[1]))
             for k, (sym, _, _) in enumerate(quantized)]
     can_join = join and all(joinable(*sym.shape) for sym, _ in syms)
+    stacks = stack_groups([c for _, c in syms]) if can_join else []
     best = None
     for table, meta in candidates:
         bodies = [encode_bodies(table, sym, cols) for sym, cols in syms]
-        size, joined = sum(map(_framed, bodies)), False
+        size, joined, stacked = sum(map(_framed, bodies)), False, None
         if can_join:
             whole = [[table.encode(sym.reshape(-1), cols=cols)] for sym, cols in syms]
             if sum(map(_framed, whole)) < size:
                 bodies, size, joined = whole, sum(map(_framed, whole)), True
-        size += table_field_bytes(table.to_bytes())
+            if len(stacks) < len(syms):  # .co3 1.4 GRC: members of one row length in one body
+                stacked = stacked_bodies(table, syms, stacks)
+                if _framed(stacked) < size:
+                    size, joined = _framed(stacked), True
+                else:
+                    stacked = None
+        size += table_field_bytes(table.to_bytes()) + meta_field_bytes(meta)
         if best is None or size < best[0]:
-            best = (size, table, meta, bodies, joined)
-    _, table, meta, bodies, joined = best
-    members = [EncodedLayer(_fallback_meta(infos), table, scales, b, c, joined=joined)
-               for (_, infos, c), scales, b in zip(quantized, scaless, bodies)]
-    return EncodedGroup(meta, table, members)
+            best = (size, table, meta, bodies, joined, stacked)
+    _, table, meta, bodies, joined, stacked = best
+    pay = None if stacked is None else payload_shares(
+        stacked, stacks, [sym.size for sym, _ in syms], framed=False)
+    members = [EncodedLayer(_fallback_meta(infos), table, scales, b if pay is None else [b""],
+                            c, joined=joined, payload_bytes=None if pay is None else pay[k])
+               for k, ((_, infos, c), scales, b) in enumerate(zip(quantized, scaless, bodies))]
+    return EncodedGroup(meta, table, members, stacked)
 
 
 def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
@@ -402,7 +419,7 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
                 nbytes = writer.write_group(
                     {**enc.meta, **({"layers": per_layer} if per_layer else {})},
                     enc.table.to_bytes(),
-                    [(i, _chunks(m)) for i, m in zip(idx, enc.members)])
+                    [(i, _chunks(m)) for i, m in zip(idx, enc.members)], enc.stacks)
                 members = enc.members
             else:
                 groups = None if enc.step_groups is None else \
@@ -413,7 +430,8 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
             for i, m, n in zip(idx, members, nbytes):
                 size = int(m.scales.size) * dump.numel(names[i])
                 done_layers[i] = {"name": names[i], "entries": size, "bytes": n,
-                                  "payload_bytes": sum(map(len, m.bodies))}
+                                  "payload_bytes": sum(map(len, m.bodies)) if m.payload_bytes
+                                  is None else m.payload_bytes}
                 result.entries += size
 
         pipeline(progress_iter(plan_units(len(names), groups), progress, "compress"), read,

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from co3cli.codec import compress, decompress
-from co3cli.container import COMPACT_MINOR, Co3Writer, Joined, open_co3, plan
-from co3cli.container.hdict import DICTIONARIES, HEADER_DICT_V1, deflate
+from co3cli.container import COMPACT_MINOR, MINOR, Co3Writer, Joined, open_co3, plan
+from co3cli.container.hdict import DICTIONARIES, HEADER_DICT_V1, HEADER_DICT_V2, deflate
 from co3cli.dump import write_dump
 from co3cli.errors import CorruptDataError
 from test_codec import check_lossless
@@ -45,7 +45,7 @@ def tiny_dump(tmp_path):
 
 def _tags(path) -> set:
     data = Path(path).read_bytes()
-    return {t for t in (b"LYR\0", b"LYS\0", b"LYJ\0", b"GRP\0", b"GRJ\0") if t in data}
+    return {t for t in (b"LYR\0", b"LYS\0", b"LYJ\0", b"GRP\0", b"GRJ\0", b"GRC\0") if t in data}
 
 
 @pytest.mark.parametrize("coder", ["ans", "huffman", "ctx"])
@@ -57,7 +57,7 @@ def test_joined_layers_round_trip_and_cost_fewer_bytes(tiny_dump, tmp_path, code
     check_lossless(tiny_dump, co3, dec, "fp8-e5m2", None)
     with open(co3, "rb") as f:
         c = open_co3(f)
-        assert c.version == (1, COMPACT_MINOR) and c.header["joined_steps"] == plan.join_config()
+        assert c.version == (1, MINOR) and c.header["joined_steps"] == plan.join_config()
         assert all(len(b.bodies) == 1 and b.scales.size == 5 for b in c.layers() if b.joined)
     monkeypatch.setattr(plan, "JOIN_ENTRIES", 0)  # the same file with every step a chunk
     apart = compress(tiny_dump, tmp_path / "a.co3", coder=coder, model="gennorm-zi",
@@ -72,7 +72,7 @@ def test_joined_group_round_trips(tmp_path, coder):
     write_dump(src, bn_layers(np.random.default_rng(7), steps=3, blocks=9), steps=np.arange(3))
     co3, dec = tmp_path / "g.co3", tmp_path / "g.h5"
     compress(src, co3, coder=coder, model="gennorm-zi", threads=1)
-    assert b"GRJ\0" in _tags(co3)
+    assert b"GRC\0" in _tags(co3)
     decompress(co3, dec)
     check_lossless(src, co3, dec, "fp8-e5m2", None)
     with open(co3, "rb") as f:  # members decode alone, in any order
@@ -95,7 +95,7 @@ def test_ctx_pools_every_small_layer_into_one_joined_group(tiny_dump, tmp_path):
         assert c.header["small_layers"] == plan.plan_config(pool_all=True)
         blocks = list(c.layers())
         assert {b.group for b in blocks} == {0} and all(b.joined for b in blocks)
-        assert blocks[0].meta["model"] in ("empirical", "uniform")
+        assert blocks[0].meta["model"] in ("empirical", "empirical-octaves", "uniform")
     decompress(co3, dec)
     check_lossless(tiny_dump, co3, dec, "fp8-e5m2", None)
 
@@ -103,7 +103,7 @@ def test_ctx_pools_every_small_layer_into_one_joined_group(tiny_dump, tmp_path):
 def test_step_context_files_are_never_joined(tiny_dump, tmp_path):
     co3 = tmp_path / "s.co3"
     compress(tiny_dump, co3, coder="ctx-steps", threads=1)
-    assert not {b"LYJ\0", b"GRJ\0"} & _tags(co3)
+    assert not {b"LYJ\0", b"GRJ\0", b"GRC\0"} & _tags(co3)
     decompress(co3, tmp_path / "s.h5")
     check_lossless(tiny_dump, co3, tmp_path / "s.h5", "fp8-e5m2", None)
 
@@ -211,10 +211,12 @@ def test_corrupt_varint_offsets_are_refused(tiny_dump, tmp_path):
             open_co3(io.BytesIO(_fix_crcs(data)))
 
 
-def test_deflate_with_the_dictionary_round_trips():
+@pytest.mark.parametrize("zdict", [HEADER_DICT_V1, HEADER_DICT_V2])
+def test_deflate_with_the_dictionary_round_trips(zdict):
     raw = json.dumps({"format": {"id": "fp8-e5m2"}, "x": list(range(50))}).encode()
-    js = deflate(raw)
-    assert zlib.decompressobj(zdict=HEADER_DICT_V1).decompress(js) == raw
+    js = deflate(raw, zdict)
+    assert zlib.decompressobj(zdict=zdict).decompress(js) == raw
+    assert zlib.adler32(zdict) in DICTIONARIES
 
 
 # ----------------------------------------------------------- files of earlier versions

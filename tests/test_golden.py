@@ -2,8 +2,9 @@
 still compress to the same bytes (``SOURCE_DATE_EPOCH`` fixes the one timestamp).
 
 The fixtures in ``tests/golden/`` were made by co3cli 0.1.0 with ``tests/golden/make_golden.py``
-(``GROUP_CASES``: small layers pooled into group blocks), rewritten in the ``.co3`` 1.3 layout;
-the earlier ones (1.0-1.2) are in ``tests/golden/v1.2/`` (``tests/test_container_compact.py``).
+(``GROUP_CASES``: small layers pooled into group blocks), rewritten in the ``.co3`` 1.4 layout;
+the earlier ones are in ``tests/golden/v1.2/`` (1.0-1.2, ``tests/test_container_compact.py``) and
+``tests/golden/v1.3/`` (``tests/test_container_v14.py``).
 ``CTX3_CASES`` by co3cli 0.2 (``ctx`` model version 3), ``CTX4_CASES`` with version 4.
 ``CTX_OLD_CASES`` were written with an earlier ``ctx`` model version, the default then: they
 are rebuilt with that ``model_version``.
@@ -110,11 +111,11 @@ def _header_json(path) -> str:
 @pytest.mark.parametrize("case", sorted(GROUP_CASES))
 def test_golden_groups_decode_bit_exactly(case, tmp_path):
     from co3cli.codec import decompress
-    from co3cli.container import open_co3
+    from co3cli.container import MINOR, open_co3
 
     with open(HERE / f"{case}.co3", "rb") as f:
         co3 = open_co3(f)
-        assert co3.version == (1, 3) and "small_layers" in co3.header  # (1.1: golden/v1.2)
+        assert co3.version == (1, MINOR) and "small_layers" in co3.header  # (1.1: golden/v1.2)
         assert sum(b.group is not None for b in co3.layers()) == 17  # all but the conv kernel
     out = tmp_path / "out.h5"
     decompress(HERE / f"{case}.co3", out)

@@ -17,6 +17,7 @@ import pytest
 
 from co3cli.coding.lossless import (LAYOUTS, MODE_RAW, LosslessCoder, LosslessTable, candidates,
                                     fit_table)
+from co3cli.container import MINOR
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.formats import LOSSLESS
 
@@ -210,7 +211,7 @@ def test_dump_round_trip_keeps_every_stored_bit(tmp_path):
     res = compress(tmp_path / "src.h5", tmp_path / "g.co3", format="f32-lossless")
     assert res.entries == 2 * (1200 + 640 + 320 + 5) and res.nbytes == (tmp_path / "g.co3").stat().st_size
     info = inspect_co3(tmp_path / "g.co3", decode=True)
-    assert info.header["format"]["id"] == "f32-lossless" and info.version == "1.3"
+    assert info.header["format"]["id"] == "f32-lossless" and info.version == f"1.{MINOR}"
     rep = report_file(tmp_path / "g.co3")
     assert rep["total"]["bpe"] == pytest.approx(8 * res.nbytes / res.entries)
     decompress(tmp_path / "g.co3", tmp_path / "back.h5")

@@ -153,7 +153,7 @@ def test_a_big_reference_passes_the_per_block_limit_and_the_file_limit_holds(mon
     byte of the whole file are refused (the limit shrunk here, so a small file reaches it)."""
     from co3cli.codec import encode_layer
     from co3cli.coding import get_coder
-    from co3cli.container import Co3Writer, blocks
+    from co3cli.container import Co3Writer, reader
     from co3cli.formats import get_grid
 
     def build(numel, refs, zeros=True):
@@ -173,7 +173,7 @@ def test_a_big_reference_passes_the_per_block_limit_and_the_file_limit_holds(mon
     big = (1 << 24) // 4 + 8  # 4 steps: just over 2**20 entries per byte of 16 bytes
     got = list(open_co3(build(big, 1)).layers())
     assert got[1].same_as == 0 and got[1].bodies == got[0].bodies
-    monkeypatch.setattr(blocks, "MAX_ENTRIES_PER_BYTE", 64)
+    monkeypatch.setattr(reader, "MAX_ENTRIES_PER_BYTE", 64)
     assert len(list(open_co3(build(2000, 10, zeros=False)).layers())) == 11
     f = build(2000, 100, zeros=False)
     assert 100 * 4 * 2000 > 64 * len(f.getvalue())

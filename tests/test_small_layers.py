@@ -8,7 +8,7 @@ import pytest
 
 from co3cli.codec import compress, decode_block, decompress, read_co3_setup
 from co3cli.container import Co3Writer, open_co3, plan_groups, plan_units
-from co3cli.container import plan
+from co3cli.container import MINOR, plan
 from co3cli.dump import write_dump
 from co3cli.errors import CorruptDataError, InputError
 from test_codec import check_lossless
@@ -68,7 +68,7 @@ def test_groups_round_trip_bit_exactly_and_cost_fewer_bytes(bn_dump, tmp_path, c
     check_lossless(bn_dump, co3, dec, "fp8-e5m2", None)
     with open(co3, "rb") as f:
         c = open_co3(f)
-        assert c.version == (1, 3)
+        assert c.version == (1, MINOR)
         assert c.header["small_layers"] == plan.plan_config(pool_all=coder == "ctx")
         blocks = list(c.layers())
         assert sum(b.nbytes for b in blocks) == c.size - c.header_bytes - c.trailer_bytes
@@ -80,7 +80,7 @@ def test_groups_round_trip_bit_exactly_and_cost_fewer_bytes(bn_dump, tmp_path, c
         assert [b.index for b in blocks if b.group == 2] == list(range(2, 30, 3)) + [30]
         assert all(b.group is None for b in blocks[:30:3])  # conv kernels: alone
     with open(tmp_path / "a.co3", "rb") as f:
-        assert open_co3(f).version == (1, 3)
+        assert open_co3(f).version == (1, MINOR)
 
 
 def test_group_layout_does_not_depend_on_threads(bn_dump, tmp_path, monkeypatch):
@@ -129,7 +129,7 @@ def test_codebook_files_keep_per_layer_tables(bn_dump, tmp_path):
     compress(bn_dump, tmp_path / "b.co3", codebook=book)
     with open(tmp_path / "b.co3", "rb") as f:
         c = open_co3(f)
-        assert c.version == (1, 3) and "small_layers" not in c.header
+        assert c.version == (1, MINOR) and "small_layers" not in c.header
         assert all(b.group is None for b in c.layers())
 
 

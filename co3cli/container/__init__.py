@@ -6,9 +6,12 @@ byte is detected before anything is decoded::
     file      := preamble header block* trailer
     preamble  := magic "CO3\\x89GRD\\n" (8) | major u16 | minor u16 | header_len u32
     header    := header_len bytes of zlib-compressed UTF-8 JSON | crc32(preamble + header) u32
-                 (1.3: deflated with a preset dictionary the stream names: ``hdict``)
-    block     := layer | group | steps | same | joined | joined-group
-                 (group: 1.1 and later; joined, joined-group: 1.3 and later)
+                 (1.3: deflated with a preset dictionary the stream names: ``hdict``;
+                 1.4: the compact header, ``co3cli.container.hcompact``: the JSON less its
+                 layer, step and loss lists, which follow it in binary)
+    block     := layer | group | steps | same | joined | joined-group | compact-group
+                 (group: 1.1 and later; joined, joined-group: 1.3 and later; compact-group
+                 ``GRC``: 1.4 and later, ``co3cli.container.gcompact``)
     layer     := "LYR\\0" | index u32 | meta_len u32 | meta JSON | table_len u32 | table
                  | chunk * steps | crc32(the whole layer block before it) u32
     group     := "GRP\\0" | n u32 | meta_len u32 | meta (zlib-compressed JSON) | table_len u32 | table
@@ -43,13 +46,13 @@ only the layout. Offsets: layer ``i``'s is that of the block holding it (a group
 share it); blocks come in the order of their first layer, the first right after the header,
 and each block ends where the next begins (the last at the trailer). A group's members are
 exactly the layers whose offset points at it, in increasing order. Files of 1.0-1.2
-were written without and with group blocks (1.0: none); every file is now written as 1.3.
+were written without and with group blocks (1.0: none); every file is now written as 1.4.
 
 Context across steps (1.2): with a coder whose config has ``key_every`` K (``ctx-steps``),
 chunk ``t`` of a layer is coded given chunk ``t - 1`` (its symbols and the coder's state), except
 at key steps ``t % K == 0`` (K = 0: chunk 0 only), which decode alone: step ``s`` decodes from
 the chunks of its key step ``K * (s // K)`` through ``s``. The layout is unchanged; only such
-files were written as 1.2 (now 1.3; :func:`step_context` says which), and a reader refuses a header with
+files were written as 1.2 (now 1.4; :func:`step_context` says which), and a reader refuses a header with
 such a coder in a file that says less than 1.2.
 
 Step groups (``LYS``): a layer whose steps drifted codes each run of consecutive steps with
@@ -63,7 +66,7 @@ its own (``LYR``, ``LYS`` or ``LYJ``, never a group member or another reference)
 back that block's table, scales and chunks under the new layer's index (its payload: 0 bytes).
 Like ``LYS``, the tag is the feature flag: files without an equal layer keep their bytes.
 
-Small files (1.3, every file written now): the fixed bytes of a file of 10^4 entries were a
+Small files (1.3 and later): the fixed bytes of a file of 10^4 entries were a
 tenth of it (a 1.4 KB header, a table and a final coder state per layer and step, u64
 offsets). The header is deflated with a preset dictionary of the keys, configs and torch
 module reprs headers repeat (``co3cli.container.hdict``: 1,434 -> 552 bytes on
@@ -77,6 +80,14 @@ others of its layer (at most ``JOIN_ENTRIES`` symbols). Files whose coder codes 
 given the previous one (``ctx-steps``) and lossless files are never joined (a reader refuses
 such blocks there). With the ``ctx`` coder every small layer shares one group whatever its
 kind (``plan_groups(pool_all=True)``, recorded in ``small_layers``).
+
+Small files (1.4, every file written now): the header compact (layer names front-coded, shapes
+as varints, ``numel`` and the source's copy of the layer names derived, steps as a progression,
+losses as float32 where exact: ``co3cli.container.hcompact``) and every joined group a ``GRC``
+block (varint framing, the scales packed bit for bit as exponent differences and mantissas, the
+members of one row length coded as one *stack* where smaller: ``co3cli.container.gcompact``).
+On the check's small held-out dumps (``benchmarks/results/rate_check.md``): 3-5 % of a
+5,000-50,000-entry file; every key and value of the header kept.
 
 A reader accepts major version 1, any minor version (1.0: no group blocks); it verifies the
 file CRC and structure before decoding anything, and each decoder must consume its chunk
@@ -110,17 +121,19 @@ Layer names must be distinct, non-empty relative HDF5 paths, none a folder of an
 """
 
 from co3cli.container.blocks import (END_MAGIC, MAGIC, MAJOR, MINOR, Co3File, Co3Writer,
-                                     Joined, LayerBlock, open_co3)
+                                     Joined, LayerBlock)
 from co3cli.container.framing import table_field_bytes
+from co3cli.container.gcompact import HEADER_MINOR
 from co3cli.container.header import (COMPACT_MINOR, MAX_CHUNK, MAX_DEPTH, MAX_DIMS, MAX_ENTRIES,
                                      MAX_ENTRIES_PER_BYTE, MAX_HEADER, MAX_HEADER_JSON, MAX_META,
                                      MAX_TABLE, STEP_CONTEXT_MINOR, header_problem, parse_json,
                                      step_context)
+from co3cli.container.reader import open_co3
 from co3cli.container.plan import (join_config, joinable, plan_config, plan_groups,
                                    plan_units)
 
 __all__ = ["END_MAGIC", "MAGIC", "MAJOR", "MINOR", "Co3File", "Co3Writer", "Joined", "LayerBlock",
-           "COMPACT_MINOR", "join_config", "joinable", "table_field_bytes",
+           "COMPACT_MINOR", "HEADER_MINOR", "join_config", "joinable", "table_field_bytes",
            "open_co3", "MAX_CHUNK", "MAX_DEPTH", "MAX_DIMS", "MAX_ENTRIES", "MAX_ENTRIES_PER_BYTE",
            "MAX_HEADER", "MAX_HEADER_JSON", "MAX_META", "MAX_TABLE", "header_problem",
            "parse_json", "plan_config", "plan_groups", "plan_units", "STEP_CONTEXT_MINOR",

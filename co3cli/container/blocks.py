@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import struct
 import zlib
@@ -11,28 +10,31 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from co3cli.container.framing import (TABLE_DEFLATED, read_trailer, read_uvarint,
-                                      table_field, trailer_bytes)
-from co3cli.container.hdict import deflate, stream_dict_id
-from co3cli.container.header import (COMPACT_MINOR, MAX_CHUNK, MAX_ENTRIES_PER_BYTE, MAX_HEADER,
-                                     MAX_META, MAX_TABLE, STEP_CONTEXT_MINOR, header_problem,
-                                     inflate, inflate_raw, parse_json, step_context)
-from co3cli.container.plan import JOIN_ENTRIES, joinable
+from co3cli.container.chunks import LAYER_HEAD as _LAYER_HEAD
+from co3cli.container.chunks import _F32, _check_scales, _meta_table, _read_chunks
+from co3cli.container.framing import read_uvarint, table_field, trailer_bytes
+from co3cli.container.gcompact import (COMPACT_GROUP_TAG, HEADER_MINOR, PER_MEMBER, STACKED,
+                                       pack_group, parse_group, payload_shares)
+from co3cli.container.gcompact import stacks as stack_groups
+from co3cli.container.hcompact import pack_header
+from co3cli.container.hdict import deflate
+from co3cli.container.header import COMPACT_MINOR, step_context
+from co3cli.container.plan import joinable
 from co3cli.container.tableset import (KIND_RAW, STEPS_TAG, pack_tableset, parse_tableset,
                                        representative_table)
+from co3cli.coding import row_length
 from co3cli.errors import CorruptDataError, InputError
-from co3cli.fileio import CO3_MAGIC, misplaced
+from co3cli.fileio import CO3_MAGIC
 from co3cli.varint import uvarint
 
 MAGIC = CO3_MAGIC  # b"CO3\x89GRD\n"
 END_MAGIC = b"\x89CO3END"
-MAJOR, MINOR = 1, 3  # minor 1: group blocks; minor 2 (STEP_CONTEXT_MINOR): chunks with context
-# across steps; minor 3 (COMPACT_MINOR, every file written now): the header deflated with a
-# preset dictionary, joined steps (LYJ/GRJ blocks), varint offsets in the trailer
+MAJOR, MINOR = 1, 4  # minor 1: group blocks; minor 2 (STEP_CONTEXT_MINOR): chunks with context
+# across steps; minor 3 (COMPACT_MINOR): the header deflated with a preset dictionary, joined
+# steps (LYJ/GRJ blocks), varint offsets in the trailer; minor 4 (HEADER_MINOR, every file
+# written now): the compact header (co3cli.container.hcompact), GRC blocks (gcompact)
 _PRE = struct.Struct("<8sHHI")
 _U32 = struct.Struct("<I")
-_LAYER_HEAD = struct.Struct("<4sII")  # tag, index (a group: its member count), meta_len
-_F32 = struct.Struct("<f")
 LAYER_TAG, GROUP_TAG = b"LYR\0", b"GRP\0"
 SAME_TAG = b"LYE\0"  # a layer equal to an earlier one (its index, the source's): no chunks
 _SAME = struct.Struct("<4sII")
@@ -83,7 +85,8 @@ class Co3Writer:
     not yet written; :meth:`write_group` a group whose first member is that layer. ``groups``:
     whether the file may hold group blocks; ``step_context``: the coder codes each step given
     the previous one (no joined blocks then). Files are written as version 1.3: the header
-    deflated with ``co3cli.container.hdict``'s dictionary, varint offsets in the trailer."""
+    deflated with ``co3cli.container.hdict``'s dictionary, varint offsets in the trailer;
+    as 1.4: the header compact (``co3cli.container.hcompact``), joined groups ``GRC``."""
 
     def __init__(self, f: BinaryIO, header: dict, groups: bool = False,
                  step_context: bool = False):
@@ -96,8 +99,8 @@ class Co3Writer:
         self._groups = groups
         self._alone: set[int] = set()  # layers written in a block of their own (LYR/LYS)
         self._step_context = step_context
-        js = deflate(_json(header))
-        pre = _PRE.pack(MAGIC, MAJOR, COMPACT_MINOR, len(js))
+        js = deflate(pack_header(header))
+        pre = _PRE.pack(MAGIC, MAJOR, HEADER_MINOR, len(js))
         self.w.write(pre + js + _U32.pack(zlib.crc32(pre + js)))
 
     def _check_chunks(self, idx: int, chunks) -> None:
@@ -162,11 +165,13 @@ class Co3Writer:
         return self.layer_bytes[-1]
 
     def write_group(self, meta: dict, table: bytes,
-                    members: list[tuple[int, list[tuple[float, bytes]]]]) -> list[int]:
+                    members: list[tuple[int, list[tuple[float, bytes]]]],
+                    stacks: list[bytes] | None = None) -> list[int]:
         """Write one group block (``members``: (layer index, chunks), indices increasing;
-        chunks all :class:`Joined`: a ``GRJ`` block); returns each member's bytes (its own,
-        plus an equal share of the group's head, meta, table and CRC: the shares sum to the
-        block's size)."""
+        chunks all :class:`Joined`: a ``GRC`` block, ``co3cli.container.gcompact``, with
+        ``stacks`` one body per stack, the members' own bodies empty); returns each member's
+        bytes (its own, plus an equal share of the group's head, meta, table and CRC: the
+        shares sum to the block's size)."""
         if not self._groups:
             raise InputError("this writer was opened for a file without group blocks")
         indices = [i for i, _ in members]
@@ -175,21 +180,44 @@ class Co3Writer:
         joined = {isinstance(chunks, Joined) for _, chunks in members}
         if len(joined) > 1:
             raise InputError("a group's members are all joined or none")
+        if joined == {True}:
+            return self._write_compact_group(meta, table, members, stacks)
+        if stacks is not None:
+            raise InputError("stacked bodies are for a group of joined members")
         self._claim(indices)
         mj = deflate(_json(meta))
-        tag = JOINED_GROUP_TAG if joined == {True} else GROUP_TAG
-        head = _LAYER_HEAD.pack(tag, len(members), len(mj)) + mj + table_field(table)
+        head = _LAYER_HEAD.pack(GROUP_TAG, len(members), len(mj)) + mj + table_field(table)
         parts, prev = [], -1
         for i, chunks in members:
             parts.append(uvarint(i - prev - 1) + _chunks_bytes(chunks))
             prev = i
         block = head + b"".join(parts)
         self.w.write(block + _U32.pack(zlib.crc32(block)))
-        shared = len(head) + 4
-        own = [len(p) + shared // len(parts) for p in parts]
-        own[0] += shared % len(parts)
-        self.layer_bytes += own
-        return own
+        return self._shares(len(block) + 4, [len(p) for p in parts])
+
+    def _shares(self, size: int, own: list[int]) -> list[int]:
+        """Each member's bytes: ``own`` plus an equal share of the rest of ``size``."""
+        shared = size - sum(own)
+        out = [o + shared // len(own) for o in own]
+        out[0] += shared % len(own)
+        self.layer_bytes += out
+        return out
+
+    def _write_compact_group(self, meta, table, members, stacks) -> list[int]:
+        lays = self.header["layers"]
+        cols = [row_length(lays[i]["shape"], lays[i]["numel"]) for i, _ in members]
+        sizes = [len(self.header["steps"]) * lays[i]["numel"] for i, _ in members]
+        if stacks is None:
+            bodies, layout = [chunks.body for _, chunks in members], PER_MEMBER
+            groups = [[k] for k in range(len(members))]
+        else:
+            groups, bodies, layout = stack_groups(cols), stacks, STACKED
+            if len(bodies) != len(groups) or any(chunks.body for _, chunks in members):
+                raise InputError(f"{len(bodies)} stacked bodies for {len(groups)} stacks")
+        self._claim([i for i, _ in members])
+        block = pack_group(_json(meta), table, [c.scales for _, c in members], bodies, layout)
+        self.w.write(block + _U32.pack(zlib.crc32(block)))
+        return self._shares(len(block) + 4, payload_shares(bodies, groups, sizes))
 
     def close(self) -> int:
         """Write the trailer; returns the total file size."""
@@ -222,81 +250,12 @@ class LayerBlock:
     # (``table``: the representative one, ``tableset.representative_table``)
     joined: bool = False  # ``LYJ``/``GRJ``: ``bodies`` is one chunk holding every step
     table_nbytes: int = 0  # the table's bytes in the file (1.3: deflated where smaller)
+    stack: tuple | None = None  # a stacked ``GRC`` member: (its body's index in the group,
+    # its first symbol there, the body's symbols, their row length); ``bodies``: that body
 
     @property
     def side_bytes(self) -> int:
         return self.nbytes - self.payload_bytes
-
-
-def _read_chunks(buf, pos: int, end: int, nsteps: int, what: str, joined: bool = False,
-                 numel: int = 0):
-    """``nsteps`` chunks from ``buf[pos:end]`` (``joined``: ``nsteps`` scales and one body of
-    ``nsteps x numel`` symbols): (scales, bodies, payload bytes, position after)."""
-    if joined:
-        if not joinable(nsteps, numel):  # what the writer joins (two steps or more, few entries)
-            raise CorruptDataError(f"{what}: joined steps ({nsteps} x {numel} entries) beyond "
-                                   f"what a joined block holds (2 steps or more, at most "
-                                   f"{JOIN_ENTRIES} entries)")
-        if pos + 4 * nsteps >= end:
-            raise CorruptDataError(f"{what}: scales overrun the block")
-        scales = np.frombuffer(buf, dtype="<f4", count=nsteps, offset=pos).astype(np.float32)
-        blen, start = read_uvarint(buf, pos + 4 * nsteps, end, f"{what} length")
-        if blen > MAX_CHUNK:
-            raise CorruptDataError(f"{what}: chunk of {blen} bytes (limit {MAX_CHUNK})")
-        if start + blen > end:
-            raise CorruptDataError(f"{what}: chunk overruns the block")
-        return scales, [bytes(buf[start:start + blen])], blen, start + blen
-    scales = np.empty(nsteps, dtype=np.float32)
-    bodies, payload = [], 0
-    for t in range(nsteps):
-        if pos + _F32.size >= end:
-            raise CorruptDataError(f"{what} step {t}: chunk overruns the block")
-        (scales[t],) = _F32.unpack_from(buf, pos)
-        blen, start = read_uvarint(buf, pos + 4, end, f"{what} step {t} length")
-        if blen > MAX_CHUNK:
-            raise CorruptDataError(f"{what} step {t}: chunk of {blen} bytes (limit {MAX_CHUNK})")
-        pos = start + blen
-        if pos > end:
-            raise CorruptDataError(f"{what} step {t}: chunk overruns the block")
-        bodies.append(bytes(buf[start:pos]))
-        payload += blen
-    return scales, bodies, payload, pos
-
-
-def _check_scales(scales, what: str) -> None:
-    if not np.all(np.isfinite(scales) & (scales > 0)):
-        raise CorruptDataError(f"{what}: a scale is not a positive number")
-
-
-def _meta_table(buf, mv, mlen: int, end: int, what: str, zipped: bool = False,
-                minor: int = 0) -> tuple[dict, bytes, int, int]:
-    """The metadata object (``zipped``: zlib-compressed JSON, a group's) and table after a
-    block head (``minor`` >= 3: maybe deflated); returns them, the position after and the
-    table's bytes in the file."""
-    pos = _LAYER_HEAD.size
-    if pos + mlen + 4 > end:
-        raise CorruptDataError(f"{what}: metadata overruns the block")
-    if mlen > MAX_META:
-        raise CorruptDataError(f"{what}: metadata of {mlen} bytes (limit {MAX_META})")
-    meta_raw = bytes(mv[pos:pos + mlen])
-    pos += mlen
-    (tlen,) = _U32.unpack_from(buf, pos)
-    pos += 4
-    deflated = minor >= COMPACT_MINOR and tlen & TABLE_DEFLATED
-    tlen &= ~TABLE_DEFLATED if deflated else -1
-    if tlen > MAX_TABLE:
-        raise CorruptDataError(f"{what}: table of {tlen} bytes (limit {MAX_TABLE})")
-    if pos + tlen > end:
-        raise CorruptDataError(f"{what}: table overruns the block")
-    table = bytes(mv[pos:pos + tlen])
-    if deflated:
-        table = inflate_raw(table, f"{what} table")
-    if zipped:
-        meta_raw = inflate(meta_raw, what, "metadata", MAX_META)
-    meta = parse_json(meta_raw, f"{what} metadata")
-    if not isinstance(meta, dict):
-        raise CorruptDataError(f"{what}: metadata is not a JSON object")
-    return meta, table, pos + tlen, tlen
 
 
 @dataclass
@@ -340,6 +299,10 @@ class Co3File:
         buf = self._block(start)
         if buf[:4] == SAME_TAG:
             return self._read_same(i, buf)
+        if buf[:4] == COMPACT_GROUP_TAG and self.version[1] >= HEADER_MINOR \
+                and self._joined_ok(True):
+            self._groups[start] = self._read_compact_group(start, buf)
+            return self._take(start, i)
         if buf[:4] == GROUP_TAG and self.version[1] >= 1 or self._joined_ok(buf[:4] == JOINED_GROUP_TAG):
             self._groups[start] = self._read_group(start, buf, buf[:4] == JOINED_GROUP_TAG)
             return self._take(start, i)
@@ -459,96 +422,43 @@ class Co3File:
             out[i].nbytes = sizes[k] + shared // n + (shared % n if k == 0 else 0)
         return out
 
+    def _read_compact_group(self, start: int, buf: bytes) -> dict[int, LayerBlock]:
+        """A ``GRC`` block (``co3cli.container.gcompact``): its members' blocks, each joined
+        (a stacked member's ``stack``: its body's index, first symbol, symbols, row length)."""
+        refs, lays = self._refs[start], self.header["layers"]
+        what = f"group of layer {refs[0]}"
+        if len(buf) < 12 or _U32.unpack_from(buf, len(buf) - 4)[0] != zlib.crc32(buf[:-4]):
+            raise CorruptDataError(f"{what}: checksum mismatch or block too short")
+        nsteps = len(self.header["steps"])
+        for i in refs:
+            if not joinable(nsteps, lays[i]["numel"]):
+                raise CorruptDataError(f"{what}: joined steps ({nsteps} x {lays[i]['numel']} "
+                                       f"entries) beyond what a joined block holds")
+        cols = [row_length(lays[i]["shape"], lays[i]["numel"]) for i in refs]
+        meta, table, tbytes, layout, scales, bodies, groups, sizes = parse_group(
+            buf, len(buf) - 4, cols, nsteps, what)
+        per_layer = meta.pop("layers", {})
+        if not isinstance(per_layer, dict) or not all(isinstance(v, dict) for v in per_layer.values()):
+            raise CorruptDataError(f"{what}: per-layer metadata is not an object of objects")
+        entries = [nsteps * lays[i]["numel"] for i in refs]
+        pay = payload_shares(bodies, groups, entries, framed=False)
+        own = payload_shares(bodies, groups, entries)
+        shared = len(buf) - sum(own)
+        cache: dict = {}
+        out = {}
+        for g, members in enumerate(groups):
+            first, total = 0, sum(entries[k] for k in members)
+            for k in members:
+                i = refs[k]
+                _check_scales(scales[k], f"layer {i} ({lays[i]['name']})")
+                out[i] = LayerBlock(
+                    i, lays[i]["name"], {**meta, **per_layer.get(str(i), {})}, table, scales[k],
+                    [bodies[g]], own[k] + shared // len(refs) + (shared % len(refs) if k == 0 else 0),
+                    pay[k], refs[0], cache, joined=True, table_nbytes=tbytes,
+                    stack=(g, first, total, cols[k]) if layout == STACKED else None)
+                first += entries[k]
+        return out
+
     def layers(self) -> Iterator[LayerBlock]:
         for i in range(len(self.offsets)):
             yield self.read_layer(i)
-
-
-def _block_index(offsets: list[int], first: int, end: int, minor: int, name: str):
-    """Blocks' ends and layers from the trailer's offsets, or CorruptDataError: blocks in the
-    order of their first layer, the first right after the header, a layer block per layer in
-    1.0 (a group's layers share its offset in 1.1)."""
-    refs: dict[int, list[int]] = {}
-    starts: list[int] = []
-    for i, o in enumerate(offsets):
-        if o not in refs:
-            if starts and o <= starts[-1]:
-                raise CorruptDataError(f"{name}: layer index is inconsistent")
-            starts.append(o)
-            refs[o] = []
-        refs[o].append(i)
-    if starts and (starts[0] != first or starts[-1] >= end) or (minor == 0 and len(starts) != len(offsets)):
-        raise CorruptDataError(f"{name}: layer index is inconsistent")
-    if not offsets and end != first:
-        raise CorruptDataError(f"{name}: unexpected bytes between header and trailer")
-    return dict(zip(starts, starts[1:] + [end])), refs
-
-
-def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
-    """Verify a seekable ``.co3`` stream (magic, version, CRCs, trailer) and return a reader."""
-    f.seek(0, io.SEEK_END)
-    size = f.tell()
-    f.seek(0)
-    pre = f.read(_PRE.size)
-    if len(pre) < _PRE.size or pre[:8] != MAGIC:
-        raise CorruptDataError(misplaced(f, name, "co3") or f"{name} is not a .co3 file (bad magic)")
-    _, major, minor, hlen = _PRE.unpack(pre)
-    if major != MAJOR:
-        raise CorruptDataError(f"{name} has .co3 format version {major}.{minor}; this co3cli reads "
-                               f"version {MAJOR}.x (upgrade co3cli)")
-    if _PRE.size + hlen + 4 > size:
-        raise CorruptDataError(f"{name} is truncated or its header length is corrupt")
-    if hlen > MAX_HEADER:
-        raise CorruptDataError(f"{name}: compressed header of {hlen} bytes (limit {MAX_HEADER})")
-    js = f.read(hlen)
-    (hcrc,) = _U32.unpack(f.read(4))
-    if hcrc != zlib.crc32(pre + js):
-        raise CorruptDataError(f"{name}: header checksum mismatch")
-    if stream_dict_id(js) is not None and minor < COMPACT_MINOR:
-        raise CorruptDataError(f"{name}: header names a preset dictionary but the file says "
-                               f"version {major}.{minor} (needs 1.{COMPACT_MINOR})")
-    header = parse_json(inflate(js, name), f"header of {name}")
-    problem = header_problem(header)
-    if problem:
-        raise CorruptDataError(f"{name}: malformed header: {problem}")
-    if step_context(header) and minor < STEP_CONTEXT_MINOR:
-        raise CorruptDataError(f"{name}: coder {header['coder']['id']!r} codes steps in context "
-                               f"but the file says version {major}.{minor} (needs 1.2)")
-    nlayers = len(header["layers"])
-    if len(header["steps"]) > size:
-        raise CorruptDataError(f"{name}: header declares {len(header['steps'])} steps x {nlayers} "
-                               f"layers, more chunks than a {size}-byte file can hold")
-    end, offsets, file_crc = read_trailer(f, size, _PRE.size + hlen + 4, nlayers, minor, name,
-                                          END_MAGIC)
-    f.seek(0)
-    crc, left = 0, size - 4 - len(END_MAGIC)
-    while left:
-        b = f.read(min(left, 1 << 24))
-        if not b:
-            raise CorruptDataError(f"{name} is truncated")
-        crc = zlib.crc32(b, crc)
-        left -= len(b)
-    if crc != file_crc:
-        raise CorruptDataError(f"{name}: file checksum mismatch (corrupted data)")
-    offsets = offsets()
-    stops, refs = _block_index(offsets, _PRE.size + hlen + 4, end, minor, name)
-    nsteps = len(header["steps"])
-    chunked, referenced = 0, 0
-    for a, b in stops.items():
-        entries = nsteps * sum(header["layers"][i]["numel"] for i in refs[a])
-        if b - a == _SAME.size + 4 and len(refs[a]) == 1:
-            f.seek(a)
-            if f.read(4) == SAME_TAG:  # a reference: its entries are its source block's
-                referenced += entries
-                continue
-        chunked += len(refs[a])
-        if entries > MAX_ENTRIES_PER_BYTE * (b - a):
-            raise CorruptDataError(f"{name}: layer {refs[a][0]} declares {entries} entries "
-                                   f"(steps x numel), more than its {b - a}-byte block can hold")
-    if nsteps * chunked > size:
-        raise CorruptDataError(f"{name}: header declares {nsteps} steps x {chunked} coded "
-                               f"layers, more chunks than a {size}-byte file can hold")
-    if referenced > MAX_ENTRIES_PER_BYTE * size:  # references amplify no more than blocks do
-        raise CorruptDataError(f"{name}: references to equal layers declare {referenced} "
-                               f"entries, more than a {size}-byte file may hold")
-    return Co3File(f, size, header, offsets, (major, minor), end, stops, refs)

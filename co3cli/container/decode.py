@@ -5,7 +5,8 @@ block's integer table parsed (once per group block), each chunk decoded on its o
     block --step_tables--> the table of each step (an ``LYS`` block: its group's, a stored
         group's ``co3cli.coding.raw.RawTable``; otherwise the block's table for every step)
     block --iter_decode_block--> symbols of each step (numel,) --decode_block--> (steps, numel)
-    (a joined block, ``LYJ``/``GRJ``: its one chunk decoded as steps x numel symbols, then split)
+    (a joined block, ``LYJ``/``GRJ``/``GRC``: its one chunk decoded as steps x numel symbols,
+    then split; a stacked ``GRC`` member: its stack decoded once per group, its part taken)
 """
 
 from __future__ import annotations
@@ -72,13 +73,25 @@ def step_tables(block, grid, coder) -> list:
     return tables
 
 
+def joined_symbols(block, table, numel: int, cols: int) -> np.ndarray:
+    """Symbols (steps, numel) of a joined block: its chunk decoded, or (a stacked ``GRC``
+    member) its part of its stack, the stack decoded once for the group (``block.cache``)."""
+    steps = len(block.scales)
+    if block.stack is None:
+        return table.decode(block.bodies[0], numel * steps, cols=cols).reshape(steps, numel)
+    g, first, total, scols = block.stack
+    sym = block.cache.get(("stack", g))
+    if sym is None:
+        sym = block.cache[("stack", g)] = table.decode(block.bodies[0], total, cols=scols)
+    return sym[first:first + numel * steps].reshape(steps, numel)
+
+
 def iter_decode_block(block, grid, coder, numel: int, shape=None):
     """Symbols (numel,) of each step of one verified layer block, in order."""
     tables = step_tables(block, grid, coder)
     cols = row_length(shape, numel)
-    if block.joined:  # LYJ/GRJ: every step in one chunk, the steps as further rows
-        sym = tables[0].decode(block.bodies[0], numel * len(block.scales), cols=cols)
-        yield from sym.reshape(len(block.scales), numel)
+    if block.joined:  # LYJ/GRJ/GRC: every step in one chunk, the steps as further rows
+        yield from joined_symbols(block, tables[0], numel, cols)
         return
     if tables and hasattr(tables[0], "stream"):  # context across steps (ctx-steps): in order
         stream = tables[0].stream(numel, cols)
@@ -92,9 +105,8 @@ def iter_decode_block(block, grid, coder, numel: int, shape=None):
 def decode_block(block, grid, coder, numel: int, shape=None) -> np.ndarray:
     """Symbols (steps, numel) of one verified layer block."""
     if block.joined:  # one chunk: its rows are the steps
-        table = step_tables(block, grid, coder)[0]
-        return table.decode(block.bodies[0], numel * len(block.scales),
-                            cols=row_length(shape, numel)).reshape(len(block.scales), numel)
+        return joined_symbols(block, step_tables(block, grid, coder)[0], numel,
+                              row_length(shape, numel))
     if len(block.bodies) == 1:  # one step: the decoded row itself, no copy
         return next(iter_decode_block(block, grid, coder, numel, shape))[None, :]
     sym = np.empty((len(block.bodies), numel), dtype=np.uint16)

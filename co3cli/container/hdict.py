@@ -10,7 +10,7 @@ naming an unknown one is refused with one line (written by a newer co3cli).
 
 A dictionary, once shipped, never changes (old files name it by its checksum); a better one
 is added as a new entry and written from then on. ``HEADER_DICT_V1`` is written by co3cli 0.1.0
-(``.co3`` 1.3). zlib finds the strings nearest the dictionary's end the cheapest, so the most
+(``.co3`` 1.3), ``HEADER_DICT_V2`` by ``.co3`` 1.4. zlib finds the strings nearest the dictionary's end the cheapest, so the most
 common come last.
 '''
 
@@ -69,10 +69,24 @@ _HEADER = (
 )
 HEADER_DICT_V1 = (_MODULES + _SOURCE + _HEADER).encode()
 
-DICTIONARIES = {zlib.adler32(d): d for d in (HEADER_DICT_V1,)}
+_NAMES = (  # 1.4: layer names go in the binary section (co3cli.container.hcompact): torch's
+    # parameter and buffer vocabulary, and a group block's metadata
+    'running_meanrunning_varnum_batches_trackedin_proj_weightout_proj.weight'
+    'downsample.0.weightdownsample.1.biasshortcut.0.weightembed.weightlm_head.weight'
+    'attn.qkv.weightmlp.fc1.weightnorm1.weightln_f.biasclassifier.weight'
+    'features.0.weightencoder.layers.0.linear2.bias'
+    'conv2.weightconv2.biasbn2.weightbn2.biasfc2.weightfc2.biasfc.weightfc.bias'
+    '{"model":"empirical-octaves"}{"model":"uniform"}{"model":"empirical"}'
+)
+_HEADER_V2 = _HEADER[:_HEADER.index('"layers":[')] + _HEADER[_HEADER.index('"loss":[],'):]
+HEADER_DICT_V2 = (_MODULES + _NAMES + _SOURCE + _HEADER_V2).encode()
+"""Written by ``.co3`` 1.4 (the compact header): V1 less the JSON layer list (now binary),
+with torch's parameter-name vocabulary and the group metadata of the ``ctx`` priors."""
+
+DICTIONARIES = {zlib.adler32(d): d for d in (HEADER_DICT_V1, HEADER_DICT_V2)}
 """Every preset dictionary a reader knows, by its Adler-32 (the zlib stream's DICTID)."""
 
-WRITE_DICT = HEADER_DICT_V1
+WRITE_DICT = HEADER_DICT_V2
 """The dictionary new files are written with."""
 
 

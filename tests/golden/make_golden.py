@@ -9,9 +9,11 @@ and decoded with ``co3 decompress``; ``book.json`` is a codebook built from the 
 and compresses ``source.h5`` to the same bytes. A change of format must bump the minor version
 and keep those tests passing (old files still decode). ``--groups`` writes only the
 ``.co3`` 1.1 fixtures (``GROUP_CASES``: small layers pooled into group blocks, from
-``source-groups.h5``), made by co3cli 0.1.0 with container minor version 1 (now 1.3: the
+``source-groups.h5``), made by co3cli 0.1.0 with container minor version 1 (now 1.4: the
 fixtures of 1.0-1.2 are kept, with what they decode to, in ``v1.2/``, and
-``tests/test_container_compact.py`` decodes every one of them bit for bit). ``--ctx3`` writes only
+``tests/test_container_compact.py`` decodes every one of them bit for bit; those of 1.3 in
+``v1.3/``, decoding to what the 1.4 ones here do: ``tests/test_container_v14.py``). Run it
+from the repository root with ``PYTHONPATH=.`` (its in-process cases import ``co3cli``). ``--ctx3`` writes only
 ``CTX3_CASES`` (``ctx`` model version 3), ``--ctx4`` only ``CTX4_CASES`` (version 4,
 the default). ``--steps`` writes only the step-group
 fixtures (``STEPS_CASES``, from ``source-steps.h5``: ``LYS`` blocks, a drifting layer split into
@@ -212,7 +214,7 @@ def main() -> None:
     for name, opts in CASES.items():
         if name in CTX_OLD_CASES:
             os.environ["SOURCE_DATE_EPOCH"] = EPOCH
-            compress_v1(src, HERE / f"{name}.co3", opts)
+            compress_v1(src, HERE / f"{name}.co3", opts, CTX_OLD_CASES[name])
         else:
             co3("compress", str(src), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
