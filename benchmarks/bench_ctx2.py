@@ -50,9 +50,18 @@ def symbol_bytes(path: str, fmt: str) -> bytes:
         return b"".join(s[t].tobytes() for t in range(d.nsteps) for s in syms)
 
 
-def rate_rows(name: str, path: str, fmt: str, tmp: str, held_out: bool) -> dict:
+def peer_bpe(path: str, fmt: str) -> dict:
+    """zstd-3, zstd-19 and lzma-6 over the dump's symbols (:func:`symbol_bytes`), bits/entry."""
     import zstandard
 
+    raw = symbol_bytes(path, fmt)
+    return {peer: 8 * len(fn(raw)) / len(raw)
+            for peer, fn in (("zstd-3", zstandard.ZstdCompressor(level=3).compress),
+                             ("zstd-19", zstandard.ZstdCompressor(level=19).compress),
+                             ("lzma-6", lambda b: lzma.compress(b, preset=6)))}
+
+
+def rate_rows(name: str, path: str, fmt: str, tmp: str, held_out: bool) -> dict:
     from co3cli.codec import compress
 
     row = {"dump": name, "format": fmt, "held_out": held_out}
@@ -62,11 +71,7 @@ def rate_rows(name: str, path: str, fmt: str, tmp: str, held_out: bool) -> dict:
         row[f"ctx{version}_bpe"] = r.bpe
         row[f"ctx{version}_payload_bpe"] = 8 * sum(lay["payload_bytes"] for lay in r.layers) / r.entries
         row["entries"] = r.entries
-    raw = symbol_bytes(path, fmt)
-    for peer, fn in (("zstd-3", zstandard.ZstdCompressor(level=3).compress),
-                     ("zstd-19", zstandard.ZstdCompressor(level=19).compress),
-                     ("lzma-6", lambda b: lzma.compress(b, preset=6))):
-        row[peer] = 8 * len(fn(raw)) / len(raw)
+    row.update(peer_bpe(path, fmt))
     row["new_vs_old"] = row["ctx3_bpe"] / row["ctx1_bpe"]
     row["payload_new_vs_old"] = row["ctx3_payload_bpe"] / row["ctx1_payload_bpe"]
     row["payload_new_vs_lzma-6"] = row["ctx3_payload_bpe"] / row["lzma-6"]

@@ -22,14 +22,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import lzma  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's co3cli
@@ -66,8 +64,7 @@ def dumps(tmp: str, fl: bool) -> list:
 
 
 def rate_row(name: str, path: str, fmt: str, tmp: str) -> dict:
-    import zstandard
-    from bench_ctx2 import symbol_bytes
+    from bench_ctx2 import peer_bpe
 
     from co3cli.codec import compress
 
@@ -78,11 +75,7 @@ def rate_row(name: str, path: str, fmt: str, tmp: str) -> dict:
         row[f"v{v}"] = r.bpe
         row[f"v{v}_payload"] = 8 * sum(lay["payload_bytes"] for lay in r.layers) / r.entries
         row["entries"] = r.entries
-    raw = symbol_bytes(path, fmt)
-    for peer, fn in (("zstd-3", zstandard.ZstdCompressor(level=3).compress),
-                     ("zstd-19", zstandard.ZstdCompressor(level=19).compress),
-                     ("lzma-6", lambda b: lzma.compress(b, preset=6))):
-        row[peer] = 8 * len(fn(raw)) / len(raw)
+    row.update(peer_bpe(path, fmt))
     row["v4/v3"] = row["v4"] / row["v3"]
     for v in (3, 4):
         for peer in ("zstd-3", "zstd-19", "lzma-6"):
