@@ -365,3 +365,47 @@ def test_a_file_whose_compact_header_lies_is_refused_in_one_line(tiny_dump, tmp_
     with pytest.raises(CorruptDataError) as e:
         decompress(tmp_path / "x.co3", tmp_path / "x.h5")
     assert "\n" not in str(e.value) and "header" in str(e.value)
+
+
+def test_many_evenly_spaced_steps_without_a_loss_compress(tmp_path):
+    # their steps cost a few bytes whatever their count: the writer's own check of its header
+    # once bounded the steps by the header's size and refused 5,000 of them
+    src = tmp_path / "s.h5"
+    write_dump(src, {"w": (np.random.default_rng(0).laplace(size=(5000, 3)).astype(np.float32),
+                           (3,))}, steps=np.arange(0, 10000, 2))
+    compress(src, tmp_path / "s.co3", coder="ans", threads=1)
+    decompress(tmp_path / "s.co3", tmp_path / "s2.h5")
+    check_lossless(src, tmp_path / "s.co3", tmp_path / "s2.h5", "fp8-e5m2", None)
+
+
+def test_names_sharing_prefixes_are_bounded_in_all():
+    # each name the whole previous one plus 1,000 characters: 200 of them are 20 M characters
+    # from a few hundred kB of header; a reader stops at what a JSON header could list
+    from co3cli.container import hcompact
+    from co3cli.errors import InputError
+    from co3cli.varint import uvarint
+
+    layers = [{"name": "x" * (1000 * (i + 1)), "numel": 1, "shape": [1]} for i in range(200)]
+    js = b'{"steps":[0]}'
+    raw = uvarint(len(js)) + js + bytes([hcompact.LAYERS]) + hcompact._layers_bytes(layers)
+    assert len(raw) < 300_000
+    with pytest.raises(CorruptDataError, match="layer names of more than"):
+        unpack_header(raw, 10)
+    with pytest.raises(InputError, match="a reader takes at most"):  # nor are they written
+        pack_header({"layers": layers, "steps": [0]})
+
+
+def test_a_header_beyond_what_a_reader_takes_is_refused_when_written(monkeypatch):
+    from co3cli.container import hcompact
+    from co3cli.errors import InputError
+
+    monkeypatch.setattr(hcompact, "MAX_HEADER_JSON", 1000)
+    h = {"layers": [{"name": "w", "numel": 1, "shape": [1]}], "steps": list(range(0, 1800, 3))}
+    with pytest.raises(InputError, match="a reader takes at most 1,000"):
+        pack_header(h)
+
+
+def test_a_lone_surrogate_in_a_name_stays_in_the_json():
+    h = {"layers": [{"name": "a\udcff", "numel": 2, "shape": [2]}], "steps": [0, 1]}
+    raw = pack_header(h)
+    assert raw[-1] == 0 and unpack_header(raw, 10) == h  # no field moved

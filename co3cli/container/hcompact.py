@@ -19,10 +19,11 @@ object, every key and value kept, laid out as::
     loss    := one little-endian float32 (flag 2) or float64 (flag 3) per step
 
 The whole is deflated with the preset dictionary (``co3cli.container.hdict``). A field moves
-only where its binary form gives back exactly the JSON value (the writer checks the whole
-header round-trips, field by field; what does not stays in the JSON), so the header a reader
-gets is the one written. The reader bounds every count by the bytes left (a lying count is
-refused in one line, before anything big is allocated).
+only where its binary form gives back exactly the JSON value, and the writer checks that the
+whole header round-trips (where it would not, the whole header stays in the JSON), so the
+header a reader gets is the one written. The reader bounds every count by the bytes left, the
+steps by the file's size and the layer names' characters in all by what a JSON header could
+hold (a lying count is refused in one line, before anything big is allocated).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import numpy as np
 
 from co3cli.container.framing import read_uvarint
 from co3cli.container.header import MAX_HEADER_JSON
-from co3cli.errors import CorruptDataError
+from co3cli.errors import CorruptDataError, InputError
 from co3cli.varint import uvarint
 
 LAYERS, STEPS, LOSS32, LOSS64, SOURCE_LAYERS = 1, 2, 4, 8, 16
@@ -62,7 +63,10 @@ def _layers_bytes(layers) -> bytes | None:
         k = 0
         while k < min(len(name), len(prev)) and name[k] == prev[k]:
             k += 1
-        suffix = name[k:].encode("utf-8", "surrogatepass")
+        try:
+            suffix = name[k:].encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: the JSON escapes it, the binary cannot
+            return None
         out += [uvarint(k), uvarint(len(suffix)), suffix, uvarint(len(lay["shape"]))]
         out += [uvarint(d) for d in lay["shape"]]
         prev = name
@@ -95,7 +99,8 @@ def _loss_bytes(loss, nsteps: int) -> tuple[int, bytes] | None:
 
 def pack_header(h: dict) -> bytes:
     """The compact form of header ``h`` (before deflating); ``unpack_header`` gives back
-    exactly ``h`` (checked here: a field whose binary form would not is left in the JSON)."""
+    exactly ``h`` (checked here: where it would not, the whole header stays in the JSON).
+    InputError where the header is more than a reader takes."""
     rest, flags, parts = dict(h), 0, []
     lb = _layers_bytes(h.get("layers"))
     if lb is not None:
@@ -118,9 +123,16 @@ def pack_header(h: dict) -> bytes:
             parts.append(lo[1])
     js = _json(rest)
     out = uvarint(len(js)) + js + bytes([flags]) + b"".join(parts)
-    if _json(unpack_header(out, len(out) * 8 + 64)) != _json(h):  # never: every field checked
+    try:
+        same = _json(unpack_header(out, len(h.get("steps") or ()) + 1)) == _json(h)
+    except CorruptDataError:  # beyond what a reader takes (more steps than a JSON header holds)
+        same = False
+    if not same:  # the whole header in the JSON
         js = _json(h)
         out = uvarint(len(js)) + js + b"\0"
+    if len(out) > MAX_HEADER_JSON:
+        raise InputError(f"the .co3 header would be {len(out):,} bytes (a reader takes at most "
+                         f"{MAX_HEADER_JSON:,}): too many steps or layers for one file")
     return out
 
 
@@ -152,14 +164,19 @@ class _Reader:
 
 
 def _read_layers(r: _Reader, max_dims: int) -> list:
-    layers, prev = [], ""
+    layers, prev, chars = [], "", 0
     for i in range(r.count("layers", 3)):
         k = r.uv("name prefix")
         if k > len(prev):
             raise CorruptDataError(f"{r.what}: layer {i} shares {k} characters of a "
                                    f"{len(prev)}-character name")
+        n = r.uv("name length")
+        chars += k + n  # names that share prefixes grow as their count squared: bounded as a
+        if chars > MAX_HEADER_JSON:  # JSON header listing them in full would be
+            raise CorruptDataError(f"{r.what}: layer names of more than {MAX_HEADER_JSON:,} "
+                                   "characters in all")
         try:
-            name = prev[:k] + r.take(r.uv("name length"), "a layer name").decode("utf-8")
+            name = prev[:k] + r.take(n, "a layer name").decode("utf-8")
         except UnicodeDecodeError:
             raise CorruptDataError(f"{r.what}: layer {i}'s name is not UTF-8") from None
         ndim = r.count("dimensions")
