@@ -51,7 +51,8 @@ class StepWriter:
 
     Unlike ``DumpWriter`` (whole layers, atomic) it writes step-major to the final ``path`` (no
     temporary file): each ``write`` fills one row of every layer (preallocated ``_GROW_ROWS`` rows
-    at a time), then ``loss`` / ``lr``, then the ``steps`` entry (the commit record), and flushes.
+    at a time), then ``loss`` / ``lr``, and flushes; then the ``steps`` entry (the commit record),
+    and flushes again.
     A process killed at any point leaves a dump the reader accepts, holding every committed step
     (rows beyond ``len(steps)`` are ignored). Compression is not offered: rewriting a compressed
     chunk moves it, which would break that guarantee.
@@ -279,6 +280,10 @@ class StepWriter:
             for key, value in (("loss", loss), ("lr", lr)):
                 if value is not None:
                     self._write_row(key, row, np.full(1, value, np.float32))
+            # the rows and their chunk index reach the file before the commit record can: one
+            # flush writing both could be killed after the ``steps`` extent and before a row's
+            # index entry, leaving a committed step that reads back as zeros
+            self.h5.flush()
         except (OSError, RuntimeError) as exc:  # h5py raises both
             self._io_error(step, exc)
         self._staged = int(step)
