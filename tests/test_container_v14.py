@@ -409,3 +409,18 @@ def test_a_lone_surrogate_in_a_name_stays_in_the_json():
     h = {"layers": [{"name": "a\udcff", "numel": 2, "shape": [2]}], "steps": [0, 1]}
     raw = pack_header(h)
     assert raw[-1] == 0 and unpack_header(raw, 10) == h  # no field moved
+
+
+@pytest.mark.parametrize("fmt, key", [(None, "tie_rule"), (None, "co3cli_version"),
+                                      ("f32-lossless", "co3cli_version")])
+def test_a_header_without_a_key_the_decoder_reads_is_refused_in_one_line(tiny_dump, tmp_path,
+                                                                         monkeypatch, fmt, key):
+    from co3cli.container import blocks
+
+    monkeypatch.setattr(blocks, "pack_header",
+                        lambda h: pack_header({k: v for k, v in h.items() if k != key}))
+    compress(tiny_dump, tmp_path / "x.co3", format=fmt, threads=1)
+    with pytest.raises(CorruptDataError) as e:  # was a KeyError from the decoder
+        decompress(tmp_path / "x.co3", tmp_path / "x.h5")
+    assert "\n" not in str(e.value) and f"'{key}' missing" in str(e.value)
+    assert not (tmp_path / "x.h5").exists()

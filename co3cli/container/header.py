@@ -125,7 +125,8 @@ def header_problem(h) -> str | None:
     if not isinstance(h, dict):
         return "not a JSON object"
     for key, kind in (("format", dict), ("coder", dict), ("layers", list), ("steps", list),
-                      ("scale_rule", str), ("model", str)):
+                      ("scale_rule", str), ("model", str), ("tie_rule", str),
+                      ("co3cli_version", str)):
         if not isinstance(h.get(key), kind):
             return f"{key!r} missing or not a {kind.__name__}"
     if not isinstance(h["format"].get("id"), str) or not isinstance(h["coder"].get("id"), str):
