@@ -427,8 +427,10 @@ def test_kernel_and_numpy_copies_of_chunk_parts_agree(dtype, monkeypatch):
     words = gradient_words(dtype, 3, 1001, seed=2)
     table = fit_fast(words, layout)
     got = {}
-    for cut in (1, 10**9):  # every step by numpy, every step by kernels
+    for cut, batch in ((1, 1), (1, 10**9), (10**9, 1)):  # every step by numpy (one step or
+        # every step copied at a time), every step by kernels
         monkeypatch.setattr(F, "MEMCPY_FROM", cut)
+        monkeypatch.setattr(F, "COPY_BATCH", batch)
         bodies = table.encode_steps(words)
         assert np.array_equal(table.decode_steps(bodies, words.shape[1]), words)
         for bad in ([bodies[0], bodies[1][:-1], bodies[2]], [bodies[0] + b"\0"] + bodies[1:],
@@ -442,5 +444,5 @@ def test_kernel_and_numpy_copies_of_chunk_parts_agree(dtype, monkeypatch):
             assert not np.array_equal(back, words)
         except CorruptDataError:
             pass
-        got[cut] = bodies
-    assert got[1] == got[10**9]
+        got[cut, batch] = bodies
+    assert got[1, 1] == got[1, 10**9] == got[10**9, 1]

@@ -76,6 +76,7 @@ PRECISION_RANGE = range(10, 16)
 PER_CHUNK = 18  # bytes of a chunk's lane states and length varint
 _LITTLE = sys.byteorder == "little"
 MEMCPY_FROM = 8192  # entries per step from which numpy, not a kernel, copies the chunk parts
+COPY_BATCH = 16 << 20  # bytes of those copied parts held at once (a batch of steps)
 MIN_CODED = 128  # entries below which a layer is stored raw without a fit (its table's
 # 8 + 3 per present symbol bytes exceed what coding saves: the fit chose raw on every such
 # layer of the benchmark dumps)
@@ -271,14 +272,22 @@ class FastTable:
         out = np.empty((steps, n), dtype=dt)
         status = np.zeros(steps, dtype=np.int64)
         filled = n >= MEMCPY_FROM
-        rw = np.zeros((steps if filled else 1, n + 1), dtype=np.uint16)
-        packed = np.zeros((steps if filled else 1, (n * self.width) // 32 + 2), dtype=np.uint32)
-        if filled:  # numpy copies the parts at memory speed (numba's byte loop: ~0.5 ns/byte)
-            p8 = packed.view(np.uint8)
-            for r, (_, nw, o2, o3, tail) in enumerate(offs.tolist()):
-                rw[r, :nw] = buf[o2:o2 + 2 * nw].view("<u2")
-                p8[r, :tail] = buf[o3:o3 + tail]
-        K.decode_many(buf, offs, *self.slot_tables, self.params, rw, packed, filled, out, status)
+        words = (n * self.width) // 32 + 2
+        # filled: the parts of COPY_BATCH bytes of steps at a time (not of every step)
+        batch = max(1, COPY_BATCH // (2 * n + 4 * words)) if filled else steps
+        for lo in range(0, steps, batch):
+            hi = min(steps, lo + batch)
+            rw = np.zeros((hi - lo if filled else 1, n + 1), dtype=np.uint16)
+            packed = np.zeros((hi - lo if filled else 1, words), dtype=np.uint32)
+            if filled:  # numpy copies the parts at memory speed (numba's byte loop: ~0.5 ns/byte)
+                p8 = packed.view(np.uint8)
+                for r, (_, nw, o2, o3, tail) in enumerate(offs[lo:hi].tolist()):
+                    rw[r, :nw] = buf[o2:o2 + 2 * nw].view("<u2")
+                    p8[r, :tail] = buf[o3:o3 + tail]
+            K.decode_many(buf, offs[lo:hi], *self.slot_tables, self.params, rw, packed, filled,
+                          out[lo:hi], status[lo:hi])
+            if status[lo:hi].any():
+                break
         bad = np.flatnonzero(status)
         if bad.size:
             r = int(bad[0])
