@@ -84,9 +84,9 @@ class Co3Writer:
     Blocks come in the order of their first layer: :meth:`write_layer` writes the lowest layer
     not yet written; :meth:`write_group` a group whose first member is that layer. ``groups``:
     whether the file may hold group blocks; ``step_context``: the coder codes each step given
-    the previous one (no joined blocks then). Files are written as version 1.3: the header
-    deflated with ``co3cli.container.hdict``'s dictionary, varint offsets in the trailer;
-    as 1.4: the header compact (``co3cli.container.hcompact``), joined groups ``GRC``."""
+    the previous one (no joined blocks then). Files are written as version 1.4: the header
+    compact (``co3cli.container.hcompact``) and deflated with ``co3cli.container.hdict``'s
+    dictionary, varint offsets in the trailer (both since 1.3), joined groups ``GRC``."""
 
     def __init__(self, f: BinaryIO, header: dict, groups: bool = False,
                  step_context: bool = False):
