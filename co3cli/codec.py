@@ -204,7 +204,8 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     their scaled values pooled (``empirical``: their counts summed). Each layer's steps stay
     separate chunks, each decodable alone (``ctx-steps``: from its key step on); scales per
     layer and step as in :func:`encode_layer`. ``join``: every member's steps coded as one
-    chunk (a ``GRC`` block; members of one row length stacked) where that is smaller in all (``co3cli.container.joinable``)."""
+    chunk (a ``GRC`` block; members of one row length stacked) where that is smaller in all
+    (``co3cli.container.joinable``)."""
     quantized = [_quantize_layer(d, grid, scale_rule, None)[:3] for d in datas]
     counts = np.sum([c for _, _, c in quantized], axis=0, dtype=np.int64)
     scaless = [_scales(infos) for _, infos, _ in quantized]
