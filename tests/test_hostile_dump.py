@@ -93,3 +93,17 @@ def test_undeclared_float32_and_bfloat16_still_read(tmp_path):
     with Dump.open(_dump(tmp_path / "b.h5", bits, dtype_attr="bfloat16")) as d:
         g = d.read_layer("w")
     np.testing.assert_array_equal(g, (bits.astype(np.uint32) << 16).view(np.float32))
+
+
+def test_a_layer_name_that_is_not_utf8_is_refused_in_one_line(tmp_path, capsys):
+    # h5py hands such a name over as bytes (once a TypeError from the header's JSON)
+    from co3cli.dump import write_dump
+
+    src = tmp_path / "d.h5"
+    write_dump(src, {"w": (np.ones((2, 12), np.float32), (3, 4))}, steps=np.arange(2))
+    with h5py.File(src, "r+") as f:
+        f["grads"].move("w", b"bad\xffname")
+        del f.attrs["layers"]
+    code, _, err = run_cli("compress", src, "-o", tmp_path / "x.co3", capsys=capsys)
+    assert code == 1 and "is not UTF-8" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.co3").exists()

@@ -136,6 +136,9 @@ class Dump:
             grads.visititems(visit)
             if not found:
                 raise InputError(f"{where}: group 'grads' holds no datasets (no layers)")
+            for name in found:  # h5py hands a name that is not UTF-8 over as bytes
+                if not isinstance(name, str):
+                    raise InputError(f"{where}: layer name {name[:80]!r} is not UTF-8")
 
             steps_ds = f.get("steps")
             if not isinstance(steps_ds, h5py.Dataset):
