@@ -123,6 +123,24 @@ def test_scales_round_trip_bit_for_bit(n):
     assert len(b) <= 3 + -(-n * (23 + 10) // 8)
 
 
+@pytest.mark.parametrize("n", [7, 8, 9, 61])
+def test_scales_are_packed_and_read_a_few_rows_at_a_time_to_the_same_bytes(n, monkeypatch):
+    # bounded memory on a block of many scales: the rows in pieces of SCALE_ROWS (a multiple
+    # of 8, so every piece ends on a byte) give the bytes and values of one piece
+    from co3cli.container import gcompact
+
+    s = np.random.default_rng(n).lognormal(-8, 3, n).astype(np.float32)
+    whole = pack_scales(s)
+    monkeypatch.setattr(gcompact, "SCALE_ROWS", 8)
+    assert pack_scales(s) == whole
+    back, pos = read_scales(whole, 0, len(whole), n, "t")
+    assert pos == len(whole) and back.tobytes() == s.tobytes()
+    if n * (whole[0] + 23) % 8:  # bits of padding in the last byte
+        bad = whole[:-1] + bytes([whole[-1] | 1])  # a padding bit set
+        with pytest.raises(CorruptDataError, match="padded"):
+            read_scales(bad, 0, len(bad), n, "t")
+
+
 def test_scales_cost_fewer_bytes_than_float32_when_their_exponents_are_close():
     s = (np.random.default_rng(0).random(100) * 1e-3 + 1e-3).astype(np.float32)
     assert len(pack_scales(s)) < 100 * 4 - 80

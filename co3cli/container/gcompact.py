@@ -48,6 +48,7 @@ HEADER_MINOR = 4
 whose joined groups may be ``GRC`` blocks."""
 PER_MEMBER, STACKED = 0, 1
 _HIGH, _LOW = 9, 23
+SCALE_ROWS = 1 << 16  # scales unpacked at a time (a multiple of 8: ~2 MB of bits, 17 MB as int64)
 
 
 def stacks(cols: list[int]) -> list[list[int]]:
@@ -67,10 +68,12 @@ def pack_scales(scales: np.ndarray) -> bytes:
     d = np.diff(high, prepend=high[0])
     z = np.where(d >= 0, 2 * d, -2 * d - 1)
     width = int(z.max()).bit_length()
-    fields = [(z, width), (low, _LOW)]
-    cols = [((v[:, None] >> np.arange(w - 1, -1, -1)) & 1) for v, w in fields if w]
-    packed = np.packbits(np.concatenate(cols, axis=1).astype(np.uint8).ravel())
-    return bytes([width]) + int(high[0]).to_bytes(2, "little") + packed.tobytes()
+    parts = [bytes([width]) + int(high[0]).to_bytes(2, "little")]
+    for lo in range(0, bits.size, SCALE_ROWS):  # SCALE_ROWS (a multiple of 8) rows end on a byte
+        cols = [((v[lo:lo + SCALE_ROWS, None] >> np.arange(w - 1, -1, -1)) & 1)
+                for v, w in ((z, width), (low, _LOW)) if w]
+        parts.append(np.packbits(np.concatenate(cols, axis=1).astype(np.uint8).ravel()).tobytes())
+    return b"".join(parts)
 
 
 def read_scales(buf, pos: int, end: int, n: int, what: str) -> tuple[np.ndarray, int]:
@@ -86,13 +89,17 @@ def read_scales(buf, pos: int, end: int, n: int, what: str) -> tuple[np.ndarray,
     if pos + 3 + nbytes > end:
         raise CorruptDataError(f"{what}: scales overrun the block")
     raw = np.frombuffer(bytes(buf[pos + 3:pos + 3 + nbytes]), dtype=np.uint8)
-    b = np.unpackbits(raw)
-    if b[n * per:].any() or (n == 0 and first):
+    if (n * per) % 8 and raw[-1] & ((1 << (8 - (n * per) % 8)) - 1) or (n == 0 and first):
         raise CorruptDataError(f"{what}: scales section padded with non-zero bits")
-    m = b[:n * per].reshape(n, per).astype(np.int64)
     w = 1 << np.arange(per - 1, -1, -1, dtype=np.int64)
-    z = m[:, :width] @ w[_LOW:] if width else np.zeros(n, dtype=np.int64)
-    low = m[:, width:] @ w[width:] if n else np.zeros(0, dtype=np.int64)
+    z, low = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for lo in range(0, n, SCALE_ROWS):  # SCALE_ROWS rows of bits at a time: bounded memory
+        k = min(SCALE_ROWS, n - lo)
+        b = np.unpackbits(raw[lo * per // 8:(lo * per + k * per + 7) // 8])[:k * per]
+        m = b.reshape(k, per).astype(np.int64)
+        if width:
+            z[lo:lo + k] = m[:, :width] @ w[_LOW:]
+        low[lo:lo + k] = m[:, width:] @ w[width:]
     d = (z >> 1) ^ -(z & 1)
     if n and d[0]:
         raise CorruptDataError(f"{what}: the first scale's difference is not 0")
