@@ -140,7 +140,8 @@ def test_rng_state_and_threads_are_left_alone(tmp_path):
     assert torch.get_num_threads() == threads
 
 
-_HEAVY_TASKS = {"stdlib-charlm", "mnist5k-resnet-large"}  # 20-50 s each (the test-set evaluation)
+_HEAVY_TASKS = {"stdlib-charlm", "mnist5k-resnet-large", "mnist5k-resnet",  # 8-50 s each
+                "synthetic-cifar-resnet"}
 
 
 @pytest.mark.parametrize("task", [pytest.param(t, marks=pytest.mark.slow) if t in _HEAVY_TASKS

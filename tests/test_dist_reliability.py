@@ -103,7 +103,7 @@ def test_ranks_die_with_a_killed_launcher(tmp_path):
         launcher.wait()
 
 
-@pytest.mark.parametrize("stopped", [1, 0])
+@pytest.mark.parametrize("stopped", [pytest.param(1, marks=pytest.mark.slow), 0])  # 1: ~15 s
 def test_a_stopped_rank_is_named_and_the_job_ends(tmp_path, stopped):
     out, timeout = tmp_path / "run", 8
     seen = {}

@@ -57,6 +57,7 @@ def test_two_rank_smoke_and_stochastic_compressor(tmp_path):
     assert res.total_uplink_bytes == run_fl(cfg, tmp_path / "i").total_uplink_bytes
 
 
+@pytest.mark.slow  # ~14 s: a torchrun launch (CI's slow pass runs it)
 def test_killed_rank_stops_the_job_naming_rank_and_round(tmp_path):
     out = tmp_path / "k"
     cfg = FLConfig(task="digits-mlp", clients=4, rounds=100000, batch_size=8, eval_every=1000)
@@ -82,6 +83,7 @@ def test_killed_rank_stops_the_job_naming_rank_and_round(tmp_path):
     assert len(m["round"]) >= 3 and np.array_equal(m["round"], np.arange(len(m["round"])))
 
 
+@pytest.mark.slow  # ~14 s: a torchrun launch (CI's slow pass runs it)
 def test_divergence_on_a_client_rank_is_reported_with_the_round(tmp_path):
     cfg = FLConfig(task="mnist5k-mlp", clients=2, rounds=6, lr=1e6, eval_every=10)
     with pytest.raises(Diverged, match=r"round \d+: client \d+ diverged"):
