@@ -38,8 +38,13 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, store: str, out: str,
                                 world_size=world, timeout=PG_TIMEOUT)
         try:
             result = fn(rank, world, Path(out), **kwargs)
-        finally:
-            dist.destroy_process_group()
+        except BaseException:
+            # a rank that failed reports and exits at once: tearing its process group down
+            # can wait on a peer that failed too (a test expecting the error on every rank
+            # then hung past the join timeout)
+            (Path(out) / f"{tag}-{rank}.err").write_text(traceback.format_exc())
+            os._exit(1)
+        dist.destroy_process_group()
         torch.save(result, Path(out) / f"{tag}-{rank}.pt")
     except BaseException:
         (Path(out) / f"{tag}-{rank}.err").write_text(traceback.format_exc())
