@@ -103,6 +103,8 @@ def inspect_cli(input: str = typer.Argument(..., help=".co3 file, or - for stdin
             ("payload_bytes", "payload", "d"), ("table_bytes", "table", "d"), ("model", "model", "")]
     if any(lay["same_as"] for lay in info.layers):  # references to an equal earlier layer
         cols.append(("same_as", "same as", ""))
+    if any(lay["given"] for lay in info.layers):  # coded given an earlier layer (LYX)
+        cols.append(("given", "coded given", ""))
     if any(lay["scale_fallbacks"] is not None for lay in info.layers):  # a rule that can fall back
         cols.append(("scale_fallbacks", "scale fallbacks (steps)", "d"))
     emit(format_table(info.layers, cols))
