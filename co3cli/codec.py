@@ -328,7 +328,7 @@ class SameLayers:
 
 def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None,
              model=None, codebook=None, nonfinite="error", progress=False,
-             threads=None, small_layers=True, level=None) -> CodecResult:
+             threads=None, small_layers=True, level=None, references=True) -> CodecResult:
     """Compress dump ``src`` (path or ``-``) into ``.co3`` file ``dst`` (path or ``-``).
 
     Defaults: format ``fp8-e5m2``, coder ``ctx``, model ``auto``, scale rule ``absmax``.
@@ -337,7 +337,9 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
     do not depend on it). ``small_layers``: pool the tables of small layers into group blocks
     (``co3cli.container.plan``; never with a codebook, whose tables are per layer).
     ``level``: the lossless formats' ``fast`` (default) or ``max`` (:mod:`co3cli.lossless`);
-    an error with any other format.
+    an error with any other format. ``references``: with ``ctx``, a layer is coded given an
+    earlier layer of its shape where that is smaller (``LYX`` blocks, :mod:`co3cli.references`;
+    False: never, files that readers before them read).
     """
     from co3cli.dump import Dump
     from co3cli.formats import get_lossless
@@ -390,9 +392,11 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
         done_layers: dict[int, dict] = {}
 
         same = SameLayers(names, dump, groups) if book is None else None
-        xrefs = None if book is not None or not eligible(coder_obj) else LayerReferences(
-            ReferencePlan(names, [dump.shape(n) for n in names], [i for g in groups for i in g],
-                          len(dump.steps), dump.streams), grid.nsym)
+        xrefs = None
+        if references and book is None and eligible(coder_obj):  # LYX: co3cli.references
+            xrefs = LayerReferences(ReferencePlan(
+                names, [dump.shape(n) for n in names], [i for g in groups for i in g],
+                len(dump.steps), dump.streams), grid.nsym)
 
         def read(unit):  # in the main thread: HDF5 and the codebook
             is_group, idx = unit

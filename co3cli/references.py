@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from co3cli.container.framing import table_field_bytes
-from co3cli.container.xref import MAX_CHAIN, XREF_CODER
+from co3cli.container.chunks import LAYER_HEAD
+from co3cli.container.xref import MAX_CHAIN, XREF_CODER, XREF_HEAD
 from co3cli.varint import uvarint
 from co3cli.workers import map_rows
 
@@ -41,13 +42,16 @@ MAX_CANDIDATES = 3
 """Earlier same-shaped layers a layer may be coded given (each costs an estimate)."""
 KEEP_BYTES = 256 << 20
 """Symbols (uint16) kept at once for later layers to be coded given them."""
-SAMPLE_ENTRIES = 1 << 18
-"""Entries the conditional-entropy estimate sees (evenly spaced steps, strided entries)."""
+SAMPLE_ENTRIES = 1 << 16
+"""Entries the conditional-entropy estimate sees (strided entries of up to ``SAMPLE_ROWS``
+evenly spaced steps)."""
+SAMPLE_ROWS = 16
 TRY_RATIO = 0.9
 """A candidate is tried when the estimated H(layer | candidate) is below this x H(layer)
 (unrelated layers estimate ~1; the FL streams 0.3-0.7)."""
 SAMPLE_STEPS = 2
 """Steps coded given the candidate first: only if they cost fewer bytes are the rest coded."""
+XREF_EXTRA = XREF_HEAD.size - LAYER_HEAD.size  # an LYX block's head is this much longer
 
 
 def _stem(name: str, streams) -> str:
@@ -158,8 +162,7 @@ def _entropy(counts: np.ndarray) -> float:
 def _sample(sym: np.ndarray) -> tuple:
     """Rows and the entry stride of the estimate's sample of a (steps, numel) array."""
     steps, numel = sym.shape
-    rows = np.unique(np.linspace(0, steps - 1, max(1, min(steps, SAMPLE_ENTRIES // numel)))
-                     .astype(np.int64))
+    rows = np.unique(np.linspace(0, steps - 1, min(steps, SAMPLE_ROWS)).astype(np.int64))
     return rows, max(1, rows.size * numel // SAMPLE_ENTRIES)
 
 
@@ -255,6 +258,6 @@ class LayerReferences:
         rest = [t for t in range(steps) if t not in bodies]
         bodies.update(zip(rest, encode_rows(rest)))
         bodies = [bodies[t] for t in range(steps)]
-        if _framed(table, bodies) >= _framed(enc.table, enc.bodies):
+        if _framed(table, bodies) + XREF_EXTRA >= _framed(enc.table, enc.bodies):
             return None
         return entry.index, entry.chain + 1, table, bodies
