@@ -5,11 +5,16 @@ and lzma-6 over the same symbol bytes (uint8, step by step, layer by layer, as t
 the compress / decompress CPU time of the two (process time, one thread, interleaved A/B
 rounds, medians), also on two synthetic dumps of many same-shaped layers (unrelated: every
 layer estimates its candidates and tries none; related: every layer is tried and coded given
-the one before).
+the one before).  Also (``--steps``, on by default): version 5 with the *previous step of the
+same tensor* as the reference (a key step every 16 coded by version 4), against version 4 step
+by step and ``ctx-steps`` (``key_every`` 16), payload bytes of the 200-consecutive-steps MLP
+dump's layers of >= 10^4 entries per step: whether the mechanism would give ``ctx-steps`` on
+model 4.
 
     python benchmarks/bench_xref.py [--keep DIR] [--only NAME ...] [--reps N]
 
-Writes ``benchmarks/results/xref.md`` and ``xref.json``.  Every byte of the files counted.
+Writes ``benchmarks/results/xref.md`` and ``xref.json``.  Every byte of the files counted
+(one ``SOURCE_DATE_EPOCH``, so files with and without differ only where the coding does).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("SOURCE_DATE_EPOCH", "1767225600")  # one header timestamp: exact A/B bytes
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -100,7 +106,42 @@ def row(name: str, path: str, fmt: str, tmp: str, reps: int, peers: bool = True)
     return r
 
 
-def render(rows, stress, load, reps) -> str:
+def previous_step_rows(path: str, key_every: int = 16) -> list[dict]:
+    """Payload bytes of each layer of >= 10^4 entries per step: version 4 step by step,
+    version 5 given the previous step (key steps: version 4), ``ctx-steps``."""
+    from co3cli.coding import get_coder, row_length
+    from co3cli.dump import Dump
+    from co3cli.formats import get_grid
+    from co3cli.tables import scale_and_quantize
+
+    out = []
+    with Dump.open(path) as d:
+        for fmt in FORMATS:
+            grid = get_grid(fmt)
+            for lay in d.layers:
+                if d.numel(lay) < 10_000:
+                    continue
+                sym = scale_and_quantize(d.read_layer(lay), grid, None)[1]
+                cols = row_length(d.shape(lay), sym.shape[1])
+                counts = np.bincount(sym.ravel(), minlength=grid.nsym) + 0.0
+                t4 = get_coder("ctx").table_from_weights(counts)
+                t5 = t4.with_reference()
+                v4 = sum(len(t4.encode(r, cols=cols)) for r in sym)
+                v5 = sum(len(t4.encode(sym[t], cols=cols) if t % key_every == 0 else
+                             t5.encode(sym[t], cols=cols, ref=sym[t - 1]))
+                         for t in range(sym.shape[0]))
+                steps = get_coder("ctx-steps", key_every=key_every).table_from_weights(counts)
+                cs = sum(map(len, steps.encode_steps(sym, cols)))
+                out.append({"layer": lay, "format": fmt, "entries": int(sym.size),
+                            "v4_bpe": 8 * v4 / sym.size, "v5prev_bpe": 8 * v5 / sym.size,
+                            "ctx_steps_bpe": 8 * cs / sym.size, "v5prev/v4": v5 / v4,
+                            "ctx_steps/v4": cs / v4})
+                print(f"previous step {lay} {fmt}: v5/v4 {v5 / v4:.4f}, ctx-steps/v4 "
+                      f"{cs / v4:.4f}", flush=True)
+    return out
+
+
+def render(rows, stress, load, reps, prev=()) -> str:
     L = ["# Layers coded given another layer (`LYX`, ctx model version 5): the default "
          "`co3 compress` with and without", "",
          "Command: `python benchmarks/bench_xref.py --keep DIR`. Bits/entry of whole `.co3` files "
@@ -144,6 +185,17 @@ def render(rows, stress, load, reps) -> str:
                      f"{r['on_bpe']:.4f} | {r['on/off']:.4f} | {r['given']} | {r['off_cpu_s']:.2f} | "
                      f"{r['on_cpu_s']:.2f} | {r['cpu on/off']:.2f} | {r['off_dcpu_s']:.2f} | "
                      f"{r['on_dcpu_s']:.2f} | {r['dcpu on/off']:.2f} |")
+    if prev:
+        L += ["", "The previous step of the same tensor as the reference (mnist5k-mlp, 200 "
+              "consecutive steps; a key step every 16 coded by version 4; payload bits/entry of "
+              "the layers of >= 10^4 entries per step): would version 5 give `ctx-steps` on "
+              "model 4?", "",
+              "| layer | format | entries | v4 step by step | v5 given the previous step | v5/v4 "
+              "| ctx-steps (K=16) | ctx-steps/v4 |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for r in prev:
+            L.append(f"| {r['layer']} | {r['format']} | {r['entries']:,} | {r['v4_bpe']:.4f} | "
+                     f"{r['v5prev_bpe']:.4f} | {r['v5prev/v4']:.4f} | {r['ctx_steps_bpe']:.4f} | "
+                     f"{r['ctx_steps/v4']:.4f} |")
     return "\n".join(L) + "\n"
 
 
@@ -153,13 +205,16 @@ def main(argv=None) -> None:
     ap.add_argument("--only", nargs="+", metavar="NAME", help="these dumps only")
     ap.add_argument("--reps", type=int, default=3, help="timed A/B rounds (default 3)")
     ap.add_argument("--no-stress", action="store_true", help="without the synthetic dumps")
+    ap.add_argument("--no-steps", action="store_true",
+                    help="without the previous-step study (mnist5k-mlp-long)")
     ap.add_argument("--md", default=str(ROOT / "benchmarks/results/xref.md"))
     ap.add_argument("--json", default=str(ROOT / "benchmarks/results/xref.json"))
     ap.add_argument("--render", action="store_true", help="only rewrite --md from --json")
     args = ap.parse_args(argv)
     if args.render:
         res = json.loads(Path(args.json).read_text())
-        Path(args.md).write_text(render(res["rows"], res["stress"], res["load"], res["reps"]))
+        Path(args.md).write_text(render(res["rows"], res["stress"], res["load"], res["reps"],
+                                        res.get("previous_step", ())))
         return
     import torch
     from bench_ctx4 import dumps
@@ -169,8 +224,10 @@ def main(argv=None) -> None:
     tmpctx = tempfile.TemporaryDirectory(prefix="bench-xref-")
     tmp = args.keep or tmpctx.name
     os.makedirs(tmp, exist_ok=True)
-    rows, stress = [], []
+    rows, stress, prev = [], [], []
     for name, path in dumps(tmp, True):
+        if name == "mnist5k-mlp-long" and not args.no_steps:
+            prev = previous_step_rows(path)
         if args.only and name not in args.only:
             continue
         for fmt in FORMATS:
@@ -182,10 +239,11 @@ def main(argv=None) -> None:
                 stress_dump(path, related)
             for fmt in FORMATS:
                 stress.append(row(name, path, fmt, tmp, args.reps, peers=False))
-    res = {"rows": rows, "stress": stress, "load": load, "reps": args.reps}
+    res = {"rows": rows, "stress": stress, "load": load, "reps": args.reps,
+           "previous_step": prev}
     Path(args.json).write_text(json.dumps(res, indent=1) + "\n")
-    Path(args.md).write_text(render(rows, stress, load, args.reps))
-    print(render(rows, stress, load, args.reps))
+    Path(args.md).write_text(render(rows, stress, load, args.reps, prev))
+    print(render(rows, stress, load, args.reps, prev))
     tmpctx.cleanup()
 
 

@@ -70,26 +70,39 @@ class ReferencePlan:
 
     def __init__(self, names, shapes, grouped, steps: int, streams=None,
                  keep_bytes: int = KEEP_BYTES):
+        import heapq
+
         shapes = [tuple(s) for s in shapes]
-        alone = [i for i in range(len(names)) if i not in set(grouped)]
-        stems = [_stem(n, streams) for n in names]
+        grouped = set(grouped)
+        by_shape: dict[tuple, list[int]] = {}  # earlier layers coded alone, per shape
+        by_stem: dict[tuple, list[int]] = {}  # and per (shape, name less its stream)
         self.candidates: dict[int, list[int]] = {}
-        for k, i in enumerate(alone):
-            earlier = [j for j in reversed(alone[:k]) if shapes[j] == shapes[i]]
-            earlier.sort(key=lambda j: stems[j] != stems[i])  # stable: nearest first within
-            if earlier:
-                self.candidates[i] = earlier[:MAX_CANDIDATES]
-        last = {}
+        for i, name in enumerate(names):
+            if i in grouped:
+                continue
+            stem = (shapes[i], _stem(name, streams))
+            near = by_stem.get(stem, [])[::-1][:MAX_CANDIDATES] + \
+                by_shape.get(shapes[i], [])[::-1][:2 * MAX_CANDIDATES]
+            cands = list(dict.fromkeys(near))[:MAX_CANDIDATES]  # the same name first, nearest
+            if cands:
+                self.candidates[i] = cands
+            by_shape.setdefault(shapes[i], []).append(i)
+            by_stem.setdefault(stem, []).append(i)
+        last: dict[int, int] = {}
         for i, cands in self.candidates.items():
             for j in cands:
                 last[j] = max(last.get(j, i), i)
         # keep a layer's symbols from its encoding to its last user, within keep_bytes
-        size = {j: 2 * steps * int(np.prod(shapes[j], dtype=np.int64)) for j in last}
         kept: dict[int, int] = {}
+        live, held = [], 0  # (last user, bytes) of the kept layers still held
         for j in sorted(last):
-            live = sum(size[k] for k, end in kept.items() if end > j)
-            if live + size[j] <= keep_bytes:
+            while live and live[0][0] <= j:
+                held -= heapq.heappop(live)[1]
+            size = 2 * steps * int(np.prod(shapes[j], dtype=np.int64))
+            if held + size <= keep_bytes:
                 kept[j] = last[j]
+                heapq.heappush(live, (last[j], size))
+                held += size
         self.last = kept  # kept layer -> its last user
         self.candidates = {i: [j for j in c if j in kept] for i, c in self.candidates.items()}
         self.candidates = {i: c for i, c in self.candidates.items() if c}
@@ -170,13 +183,13 @@ def conditional_ratio(sym: np.ndarray, ref: np.ndarray, nsym: int) -> float:
     """Estimated H(sym | ref) / H(sym): order-0 (co-located symbols), Miller-Madow
     corrected, on at most ``SAMPLE_ENTRIES`` entries (1.0 where ``sym`` is constant)."""
     rows, stride = _sample(sym)
-    x = sym[rows, ::stride].astype(np.int64).ravel()
-    y = ref[rows, ::stride].astype(np.int64).ravel()
-    h = _entropy(np.bincount(x, minlength=nsym))
+    x = sym[rows, ::stride].ravel().astype(np.int32)
+    y = ref[rows, ::stride].ravel().astype(np.int32)
+    joint = np.bincount(y * nsym + x, minlength=nsym * nsym)
+    h = _entropy(joint.reshape(nsym, nsym).sum(axis=0))
     if h <= 0:
         return 1.0
-    hxy = _entropy(np.bincount(y * nsym + x, minlength=nsym * nsym))
-    return (hxy - _entropy(np.bincount(y, minlength=nsym))) / h
+    return (_entropy(joint) - _entropy(joint.reshape(nsym, nsym).sum(axis=1))) / h
 
 
 def eligible(coder) -> bool:

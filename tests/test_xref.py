@@ -248,6 +248,23 @@ def test_codebooks_and_other_coders_code_no_layer_given_another(fl_dump, tmp_pat
         assert all(r.get("given") is None for r in res.layers)
 
 
+def test_no_references_writes_the_file_of_before(fl_dump, tmp_path, capsys, monkeypatch):
+    """``--no-references``: no ``LYX`` block, the bytes of a file whose layers code alone (here:
+    the same as with a model version 4 coder whose layers all code alone)."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
+    code, _, err = run_cli("compress", fl_dump, "-o", tmp_path / "n.co3", "--no-references",
+                           "-q", capsys=capsys)
+    assert code == 0, err
+    assert all(b.xref is None for b in blocks(tmp_path / "n.co3").values())
+    res = compress(fl_dump, tmp_path / "y.co3")
+    assert res.nbytes < (tmp_path / "n.co3").stat().st_size
+    import co3cli.references as refs
+
+    monkeypatch.setattr(refs, "TRY_RATIO", 0.0)  # nothing is tried: what --no-references writes
+    compress(fl_dump, tmp_path / "z.co3")
+    assert (tmp_path / "z.co3").read_bytes() == (tmp_path / "n.co3").read_bytes()
+
+
 def test_inspect_shows_the_layer_a_layer_is_coded_given(fl_dump, tmp_path, capsys):
     compress(fl_dump, tmp_path / "x.co3", format="fp4-co3", threads=1)
     code, out, err = run_cli("inspect", tmp_path / "x.co3", "--decode", capsys=capsys)
