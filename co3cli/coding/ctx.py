@@ -87,7 +87,8 @@ fp4 symbols).  With ``r`` the reference's co-located magnitude and version 4 oth
 A reference of zeros codes version 4's bits; a reference with the opposite signs codes
 as well as one with the same.  On the FL streams at fp4 (``co3 simulate fl --dump-rounds``,
 ``benchmarks/results/xref.md``): ``corrected`` given ``raw`` 0.63x version 4's bits,
-``decoded`` given ``corrected`` 0.35x; at fp8 0.86x and 0.27x.  CPU time as version 4's.
+``decoded`` given ``corrected`` 0.35x; at fp8 0.86x and 0.27x; decompressing those files
+takes 0.96-1.10x the CPU time of their version 4 files.
 
 **Adaptation.**  A probability (16 bits, of a 1, kept in ``[32, 2**16 - 32]``) moves
 towards each coded bit by ``1 / (count + 1.5)``; ``count`` starts at 2 (the prior's
