@@ -361,6 +361,9 @@ def test_golden_xref_files_decode_and_compress_to_the_same_bytes(case, tmp_path,
                            "-q", capsys=capsys)
     assert code == 0, err
     assert _blocks(tmp_path / "o.co3") == _blocks(golden)
+    new, old = blocks(tmp_path / "o.co3"), blocks(golden)  # the same sources
+    assert {n: b.xref and b.xref.name for n, b in new.items()} == \
+        {n: b.xref and b.xref.name for n, b in old.items()}
 
 
 def test_an_fl_transmitted_dump_end_to_end(tmp_path, capsys):
