@@ -242,6 +242,23 @@ def test_an_equal_layer_of_a_layer_coded_given_another(tmp_path):
         assert np.array_equal(d.read_layer("copy/fc.weight"), d.read_layer("corrected/fc.weight"))
 
 
+def test_an_equal_layer_stands_for_its_source_as_a_candidate(tmp_path):
+    """``copy`` (equal to ``corrected``: an ``LYE`` block) is ``decoded``'s nearest candidate:
+    ``decoded`` is coded given ``corrected`` itself."""
+    src = fl_like(np.random.default_rng(7))
+    layers = {k: src[k] for k in ("raw/fc.weight", "corrected/fc.weight")}
+    layers["copy/fc.weight"] = (src["corrected/fc.weight"][0].copy(), (40, 600))
+    layers["decoded/fc.weight"] = src["decoded/fc.weight"]
+    write_dump(tmp_path / "s.h5", layers, steps=np.arange(3))
+    res = compress(tmp_path / "s.h5", tmp_path / "s.co3", format="fp4-co3", threads=2)
+    rows = {r["name"]: r for r in res.layers}
+    assert rows["copy/fc.weight"]["same_as"] == "corrected/fc.weight"
+    assert rows["decoded/fc.weight"]["given"] == "corrected/fc.weight"
+    decompress(tmp_path / "s.co3", tmp_path / "d.h5")
+    with Dump.open(tmp_path / "d.h5") as d:
+        assert np.array_equal(d.read_layer("copy/fc.weight"), d.read_layer("corrected/fc.weight"))
+
+
 def test_codebooks_and_other_coders_code_no_layer_given_another(fl_dump, tmp_path):
     for coder in ("ans", "ctx-steps"):
         res = compress(fl_dump, tmp_path / "x.co3", coder=coder, threads=1)
