@@ -35,8 +35,8 @@ from co3cli.container import (Co3Writer, Joined, join_config, joinable, open_co3
 from co3cli.container.gcompact import meta_field_bytes, payload_shares, stacked_bodies
 from co3cli.container.gcompact import stacks as stack_groups
 from co3cli.container.decode import (ReferenceCache, block_table, decode_block,  # noqa: F401
-                                     iter_decode_block, read_co3_setup, step_tables)  # (decode_block, iter_decode_block,
-# block_table: re-exported)
+                                     iter_decode_block, read_co3_setup, step_tables)
+# (ReferenceCache, decode_block, iter_decode_block, block_table: re-exported)
 from co3cli.errors import InputError
 from co3cli.fileio import created_timestamp, input_path, output_file
 from co3cli.formats import get_grid

@@ -264,7 +264,8 @@ class LayerReferences:
                 table.encode(sym[t], cols=cols, ref=entry.sym[t]) for t in which[lo:hi]])
             return [b for part in parts for b in part]
 
-        first = sorted(set(np.linspace(0, steps - 1, min(steps, SAMPLE_STEPS)).astype(int).tolist()))
+        first = sorted(set(np.linspace(0, steps - 1, min(steps, SAMPLE_STEPS)).astype(int)
+                           .tolist()))
         bodies = dict(zip(first, encode_rows(first)))
         if sum(map(len, bodies.values())) >= sum(len(enc.bodies[t]) for t in first):
             return None
