@@ -118,13 +118,14 @@ class _Entry:
 class SymbolStore:
     """Symbols of encoded layers for later layers to be coded given them: :meth:`put` by the
     layer's encoder (always, None on failure, so that no user waits forever), :meth:`get`
-    waits for it; :meth:`alias`: an equal layer stands for its source; :meth:`done`:
-    layer ``i``, coded alone, written (and so every layer coded alone before it): the
-    symbols no later layer uses are dropped."""
+    waits for it; :meth:`alias`: an equal layer stands for its source (where the plan keeps
+    the source for that user: what is kept never depends on timing); :meth:`done`: layer
+    ``i``, coded alone, written (and so every layer coded alone before it): the symbols no
+    later layer uses are dropped."""
 
     def __init__(self, plan: ReferencePlan):
-        self._plan = plan
-        self._last = dict(plan.last)
+        self._kept = plan.last  # the plan's: layer -> its last user (never changes)
+        self._last = dict(plan.last)  # those not dropped yet
         self._entries: dict[int, _Entry] = {}
         self._ready = {i: threading.Event() for i in plan.last}
         self._alias: dict[int, int] = {}
@@ -139,20 +140,21 @@ class SymbolStore:
     def alias(self, i: int, source: int) -> None:
         """Layer ``i`` holds the values of ``source`` (an ``LYE`` block): it is ``source``."""
         if i in self._ready:
-            with self._lock:
-                self._alias[i] = source
-                if source in self._last:
-                    self._last[source] = max(self._last[source], self._last[i])
+            self._alias[i] = source
             self.put(i, None)
 
-    def get(self, i: int) -> _Entry | None:
+    def get(self, i: int, user: int) -> _Entry | None:
+        """Layer ``i``'s entry for layer ``user`` (a later layer the plan gave it to), once
+        put; an alias: its source's, if the plan keeps the source until ``user``."""
         if i not in self._ready:
             return None
         self._ready[i].wait()
         source = self._alias.get(i)
         if source is None:
             return self._entries.get(i)
-        entry = self.get(source)
+        if self._kept.get(source, -1) < user:
+            return None
+        entry = self.get(source, user)
         return None if entry is None else _Entry(entry.sym, entry.chain, source)
 
     def done(self, i: int) -> None:
@@ -247,7 +249,7 @@ class LayerReferences:
             return None
         best = None
         for j in self.plan.candidates.get(i, ()):
-            entry = self.store.get(j)
+            entry = self.store.get(j, i)
             if entry is None or entry.sym is None or entry.chain >= MAX_CHAIN or \
                     (best is not None and entry.index == best[1].index):
                 continue

@@ -259,6 +259,25 @@ def test_an_equal_layer_stands_for_its_source_as_a_candidate(tmp_path):
         assert np.array_equal(d.read_layer("copy/fc.weight"), d.read_layer("corrected/fc.weight"))
 
 
+def test_an_alias_whose_source_the_plan_dropped_is_no_candidate(tmp_path, monkeypatch):
+    """``q/b`` equals ``p/a``; ``v/b`` (close to both) has ``q/b`` among its candidates but the
+    plan keeps ``p/a`` only until ``t/c``: whatever the timing, ``v/b`` is not coded given
+    ``p/a`` through ``q/b`` (the same bytes for any thread count)."""
+    rng = np.random.default_rng(8)
+    a = (rng.laplace(size=(3, 24000)) * 1e-3).astype(np.float32)
+    noise = [(rng.laplace(size=a.shape) * 1e-3).astype(np.float32) for _ in range(3)]
+    layers = {"p/a": (a, (40, 600)), "q/b": (a.copy(), (40, 600)),
+              **{f"{k}/c": (x, (40, 600)) for k, x in zip("rtu", noise)},
+              "v/b": (a + np.float32(0.02) * noise[0], (40, 600))}
+    write_dump(tmp_path / "s.h5", layers, steps=np.arange(3))
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
+    res = compress(tmp_path / "s.h5", tmp_path / "one.co3", format="fp4-co3", threads=1)
+    rows = {r["name"]: r for r in res.layers}
+    assert rows["q/b"]["same_as"] == "p/a" and rows["v/b"].get("given") != "p/a"
+    compress(tmp_path / "s.h5", tmp_path / "three.co3", format="fp4-co3", threads=3)
+    assert (tmp_path / "one.co3").read_bytes() == (tmp_path / "three.co3").read_bytes()
+
+
 def test_codebooks_and_other_coders_code_no_layer_given_another(fl_dump, tmp_path):
     for coder in ("ans", "ctx-steps"):
         res = compress(fl_dump, tmp_path / "x.co3", coder=coder, threads=1)
