@@ -19,7 +19,8 @@ Layers (imports point downwards only; ``tests/test_layering.py`` enforces it, wi
                  Accelerate), flower (Flower Mod + strategy), recorder, capture, tasks, jobs,
                  simulate.* (FL engines, links and clock, UEP), demo
     compressors  co3cli.compressors: the contract, co3, baselines, error feedback (one of each)
-    I/O          fileio, progress (bars, heartbeats), container (.co3 blocks, groups), dump (HDF5), data, codec, codebook, fitting, report
+    I/O          fileio, progress (bars, heartbeats), container (.co3 blocks, groups), dump (HDF5), data, codec,
+                 references (which layer is coded given which), codebook, fitting, report
     core         errors, registry, checks, varint, formats (grids), quantize, scales, models,
                  mixture, coding (huffman, ans, ctx), tables (model -> integer table)
 

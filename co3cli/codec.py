@@ -34,14 +34,15 @@ from co3cli.container import (Co3Writer, Joined, join_config, joinable, open_co3
                               plan_groups, plan_units, step_context, table_field_bytes)
 from co3cli.container.gcompact import meta_field_bytes, payload_shares, stacked_bodies
 from co3cli.container.gcompact import stacks as stack_groups
-from co3cli.container.decode import (block_table, decode_block, iter_decode_block,  # noqa: F401
-                                     read_co3_setup, step_tables)  # (decode_block, iter_decode_block,
-# block_table: re-exported)
+from co3cli.container.decode import (ReferenceCache, block_table, decode_block,  # noqa: F401
+                                     iter_decode_block, read_co3_setup, step_tables)
+# (ReferenceCache, decode_block, iter_decode_block, block_table: re-exported)
 from co3cli.errors import InputError
 from co3cli.fileio import created_timestamp, input_path, output_file
 from co3cli.formats import get_grid
 from co3cli.progress import progress_iter
 from co3cli.quantize import TIE_RULE, dequantize, dequantize_table
+from co3cli.references import LayerReferences, ReferencePlan, eligible
 from co3cli.varint import uvarint
 from co3cli.workers import Workers, check_threads, map_rows, pipeline
 
@@ -58,6 +59,8 @@ class EncodedLayer:
     step_groups: list | None = None  # (steps, kind, table) per group: an LYS block
     joined: bool = False  # ``bodies`` is one chunk of every step (an LYJ block; in a group: GRC)
     payload_bytes: int | None = None  # a stacked group member's share of its stack's body
+    sym: np.ndarray | None = None  # its symbols (steps, numel), while they are needed
+    xref: int | None = None  # coded given this layer (an LYX block: co3cli.references)
 
 
 @dataclass
@@ -127,7 +130,7 @@ def _joined_body(table, sym: np.ndarray, cols: int, bodies: list) -> bytes | Non
 
 def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="gennorm-zi",
                  table=None, shape=None, workers: Workers | None = None,
-                 join: bool = False) -> EncodedLayer:
+                 join: bool = False, keep_symbols: bool = False) -> EncodedLayer:
     """Quantize and entropy-code a (steps, numel) float32 layer.
 
     ``table`` reuses a saved codebook table; otherwise one is built from ``model`` fitted to
@@ -142,6 +145,7 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
     the rows (scale, quantize, encode) among threads; the result is the same without.
     ``join``: a small layer (``co3cli.container.joinable``) coded with one table has its steps
     coded as one chunk where that is smaller (per-step random access given up for it).
+    ``keep_symbols``: the result keeps the symbols (``sym``: for ``co3cli.references``).
     """
     sym, infos, counts, step_counts = _quantize_layer(data, grid, scale_rule, workers)
     scales = _scales(infos)
@@ -174,7 +178,7 @@ def encode_layer(data: np.ndarray, grid, coder, *, scale_rule=None, model="genno
         bodies, joined = encode_rows(chosen), None
     return EncodedLayer({**chosen.meta, **_fallback_meta(infos)}, chosen.table, scales,
                         bodies if joined is None else [joined], counts, chosen.step_groups,
-                        joined is not None)
+                        joined is not None, sym=sym if keep_symbols else None)
 
 
 def encode_bodies(table, sym: np.ndarray, cols: int, workers: Workers | None = None) -> list:
@@ -324,7 +328,7 @@ class SameLayers:
 
 def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None,
              model=None, codebook=None, nonfinite="error", progress=False,
-             threads=None, small_layers=True, level=None) -> CodecResult:
+             threads=None, small_layers=True, level=None, references=True) -> CodecResult:
     """Compress dump ``src`` (path or ``-``) into ``.co3`` file ``dst`` (path or ``-``).
 
     Defaults: format ``fp8-e5m2``, coder ``ctx``, model ``auto``, scale rule ``absmax``.
@@ -333,7 +337,9 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
     do not depend on it). ``small_layers``: pool the tables of small layers into group blocks
     (``co3cli.container.plan``; never with a codebook, whose tables are per layer).
     ``level``: the lossless formats' ``fast`` (default) or ``max`` (:mod:`co3cli.lossless`);
-    an error with any other format.
+    an error with any other format. ``references``: with ``ctx``, a layer is coded given an
+    earlier layer of its shape where that is smaller (``LYX`` blocks, :mod:`co3cli.references`;
+    False: never, files that readers before them read).
     """
     from co3cli.dump import Dump
     from co3cli.formats import get_lossless
@@ -386,12 +392,19 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
         done_layers: dict[int, dict] = {}
 
         same = SameLayers(names, dump, groups) if book is None else None
+        xrefs = None
+        if references and book is None and eligible(coder_obj):  # LYX: co3cli.references
+            xrefs = LayerReferences(ReferencePlan(
+                names, [dump.shape(n) for n in names], [i for g in groups for i in g],
+                len(dump.steps), dump.streams), grid.nsym)
 
         def read(unit):  # in the main thread: HDF5 and the codebook
             is_group, idx = unit
             datas = [dump.read_layer(names[i]) for i in idx]
             source = None if is_group or same is None else same.source(idx[0], datas[0])
             if source is not None:  # equal to an earlier layer: nothing to code
+                if xrefs is not None:
+                    xrefs.alias(idx[0], source)
                 return SameLayer(idx, source)
             return (is_group, idx, datas, [dump.shape(names[i]) for i in idx],
                     None if book is None else book.table_for(names[idx[0]]))
@@ -403,8 +416,15 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
             if is_group:
                 return idx, encode_group(datas, grid, coder_obj, scale_rule=scale, model=model,
                                          shapes=shapes, join=join)
-            return idx, encode_layer(datas[0], grid, coder_obj, scale_rule=scale, model=model,
-                                     table=table, shape=shapes[0], workers=workers, join=join)
+            if xrefs is None:
+                return idx, encode_layer(datas[0], grid, coder_obj, scale_rule=scale, model=model,
+                                         table=table, shape=shapes[0], workers=workers, join=join)
+            with xrefs.coding(idx[0]):  # the layer given an earlier one, where smaller
+                enc = encode_layer(datas[0], grid, coder_obj, scale_rule=scale, model=model,
+                                   table=table, shape=shapes[0], workers=workers, join=join,
+                                   keep_symbols=xrefs.wants(idx[0]))
+                xrefs.condition(idx[0], enc, row_length(shapes[0], datas[0].shape[1]), workers)
+            return idx, enc
 
         def write(done):
             idx, enc = done
@@ -426,14 +446,19 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
                 groups = None if enc.step_groups is None else \
                     [(n, kind, t.to_bytes()) for n, kind, t in enc.step_groups]
                 nbytes = [writer.write_layer(enc.meta, b"" if groups else enc.table.to_bytes(),
-                                             _chunks(enc), groups)]
+                                             _chunks(enc), groups) if enc.xref is None else
+                          writer.write_xref(enc.meta, enc.table.to_bytes(), _chunks(enc), enc.xref)]
                 members = [enc]
             for i, m, n in zip(idx, members, nbytes):
                 size = int(m.scales.size) * dump.numel(names[i])
                 done_layers[i] = {"name": names[i], "entries": size, "bytes": n,
                                   "payload_bytes": sum(map(len, m.bodies)) if m.payload_bytes
                                   is None else m.payload_bytes}
+                if m.xref is not None:
+                    done_layers[i]["given"] = names[m.xref]
                 result.entries += size
+            if xrefs is not None and not isinstance(enc, EncodedGroup):
+                xrefs.done(idx[0])  # its sources no later layer coded alone uses: dropped
 
         pipeline(progress_iter(plan_units(len(names), groups), progress, "compress"), read,
                  encode, write,
@@ -454,15 +479,19 @@ def _chunks(enc: EncodedLayer):
 
 
 def decode_values(block, grid, coder, numel: int, shape=None,
-                  workers: Workers | None = None) -> np.ndarray:
+                  workers: Workers | None = None, refs=None) -> np.ndarray:
     """Dequantized values (steps, numel) float32 of one verified layer block; ``workers``
-    share its rows among threads (the same values without)."""
+    share its rows among threads (the same values without); ``refs``: a
+    ``co3cli.container.decode.ReferenceCache`` (``LYX`` blocks' sources kept there)."""
     tables = step_tables(block, grid, coder)  # one per step (step groups: their group's)
     cols = row_length(shape, numel)
-    if block.joined:  # small layers: every step in one chunk (decoded whole)
-        sym = decode_block(block, grid, coder, numel, shape)
-        return np.stack([dequantize(sym[t], grid, block.scales[t]) for t in range(sym.shape[0])])
-    values = np.empty((len(block.bodies), numel), dtype=np.float32)
+    values = np.empty((len(block.scales), numel), dtype=np.float32)
+    if block.joined or block.xref is not None or (refs is not None and refs.wants(block.index)):
+        # the symbols whole first: a joined chunk, a layer coded given another or one that is
+        sym = decode_block(block, grid, coder, numel, shape, refs, workers)
+        for t in range(sym.shape[0]):
+            values[t] = dequantize(sym[t], grid, block.scales[t])
+        return values
     if tables and hasattr(tables[0], "decode_steps"):  # context across steps: key groups
         sym = tables[0].decode_steps(block.bodies, numel, cols,
                                      None if workers is None else workers.run)
@@ -509,11 +538,12 @@ def decompress(src, dst, *, progress=False, threads=None) -> CodecResult:
                                                                 "model", "tie_rule", "co3cli_version")}),
                      quantized_format=grid.id)
         result = CodecResult(str(dst), co3.size, 0)
+        refs = ReferenceCache(co3)  # LYX blocks' sources, decoded once
 
         def decode(block):
             lay = h["layers"][block.index]
             return lay, block, decode_values(block, grid, coder, lay["numel"], lay["shape"],
-                                             workers)
+                                             workers, refs)
 
         def write(done):
             lay, block, values = done
@@ -522,6 +552,7 @@ def decompress(src, dst, *, progress=False, threads=None) -> CodecResult:
             result.entries += int(values.size)
             result.layers.append({"name": lay["name"], "entries": int(values.size),
                                   "bytes": block.nbytes, "payload_bytes": block.payload_bytes})
+            refs.done(block.index)
 
         with DumpWriter(dst, attrs) as w, Workers(threads) as workers:
             w.set_steps(np.asarray(h["steps"], dtype=np.int64),

@@ -5,7 +5,9 @@
     grads.co3 --inspect_co3------> Co3Info (every checksum verified, every table parsed; per
                                    layer: shape, bytes, payload, table bytes, model, scales,
                                    scale_fallbacks, group: None or the first layer of the
-                                   group block it shares, with its table, since 1.1)
+                                   group block it shares, with its table, since 1.1; same_as:
+                                   the equal layer an LYE block names; given: the layer an
+                                   LYX block is coded given)
     book.json --codebook_summary--> CodebookInfo (per table: model, beta, p0, bits of the zero
                                    symbol, integer range, entropy of the table's distribution)
     dump.h5 / grads.co3 --report_file--> the bits-per-entry report (``co3cli.report``), and a PNG
@@ -49,7 +51,7 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
     """Verify ``src`` (a path, or ``-`` for stdin): magic, version, every checksum, every
     declared size and limit, every table; ``decode``: also decode every chunk (each must
     consume its bytes exactly), writing nothing. CorruptDataError / InputError otherwise."""
-    from co3cli.codec import iter_decode_block, read_co3_setup
+    from co3cli.codec import ReferenceCache, decode_block, iter_decode_block, read_co3_setup
     from co3cli.container import open_co3
     from co3cli.fileio import input_path
 
@@ -57,6 +59,7 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
     with input_path(src, ".co3 file") as p, open(p, "rb") as f:
         co3 = open_co3(f, name)
         grid, coder = read_co3_setup(co3.header)
+        refs = ReferenceCache(co3) if decode else None  # LYX blocks' sources, decoded once
         layers = []
         for block in co3.layers():
             lay = co3.header["layers"][block.index]
@@ -67,10 +70,16 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
                            "scale_fallbacks": _fallbacks(block.meta, co3.header),
                            "scales": block.scales.tolist(), "group": block.group,
                            "same_as": None if block.same_as is None
-                           else co3.header["layers"][block.same_as]["name"]})
-            if decode:
-                for _ in iter_decode_block(block, grid, coder, lay["numel"], lay["shape"]):
+                           else co3.header["layers"][block.same_as]["name"],
+                           "given": None if block.xref is None or block.same_as is not None
+                           else co3.header["layers"][block.xref.index]["name"]})
+            if decode and refs.wants(block.index):  # a later layer is coded given this one
+                decode_block(block, grid, coder, lay["numel"], lay["shape"], refs)
+            elif decode:
+                for _ in iter_decode_block(block, grid, coder, lay["numel"], lay["shape"], refs):
                     pass
+            if decode:
+                refs.done(block.index)
             else:
                 _parse_table(coder, block, grid)
         return Co3Info(file=name, version="%d.%d" % co3.version, bytes=co3.size,

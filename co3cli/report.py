@@ -89,7 +89,7 @@ def report_co3(path, name: str | None = None, progress: bool = False, keep_hist:
 
     ``keep_hist`` adds each layer's symbol counts and model pmf under ``hist`` (for plots).
     """
-    from co3cli.codec import decode_block, read_co3_setup
+    from co3cli.codec import ReferenceCache, decode_block, read_co3_setup
     from co3cli.progress import progress_iter
 
     with input_path(path, ".co3 file") as p, open(p, "rb") as f:
@@ -99,10 +99,12 @@ def report_co3(path, name: str | None = None, progress: bool = False, keep_hist:
 
             return report_lossless(co3, name or str(path), progress)
         grid, coder = read_co3_setup(co3.header)
+        refs = ReferenceCache(co3)  # LYX blocks' sources, decoded once
         layers = []
         for block in progress_iter(co3.layers(), progress, "report", total=len(co3.offsets)):
             lay = co3.header["layers"][block.index]
-            sym = decode_block(block, grid, coder, lay["numel"], lay["shape"])
+            sym = decode_block(block, grid, coder, lay["numel"], lay["shape"], refs)
+            refs.done(block.index)
             counts = np.bincount(sym.reshape(-1), minlength=grid.nsym)
             try:
                 table = coder.table_from_bytes(block.table, grid.nsym)

@@ -298,8 +298,103 @@ def same_corpus() -> dict[str, bytes]:
     return {f"same_{name}.co3": build_same(**kw) for name, (kw, _) in SAME_LIES.items()}
 
 
+def xref_block(index: int, source: int, meta_raw: bytes, table: bytes, chunks) -> bytes:
+    """``LYX\0 | index | source | meta_len | meta | table_len | table | chunks | crc``: layer
+    ``index`` coded given layer ``source`` (``co3cli.container.xref``)."""
+    b = b"LYX\0" + struct.pack("<I", index) + struct.pack("<I", source) \
+        + layer_block(index, meta_raw, table, chunks)[8:-4]  # from meta_len on; its CRC: anew
+    return b + struct.pack("<I", zlib.crc32(b))
+
+
+def xref_parts(steps: int = 2, seed: int = 0):
+    """``base(coder_id="ctx")``'s two layers, and the parts of a third (8, 16) layer close to
+    the first, coded given it (a ``ctx`` model version 5 table): (header, parts, third, the
+    third's chunks coded given itself)."""
+    from co3cli.codec import encode_layer
+    from co3cli.coding import get_coder
+    from co3cli.formats import get_grid
+
+    h, parts = base(steps, "ctx", seed)
+    rng = np.random.default_rng(seed)  # base()'s first layer, drawn again
+    first = (rng.standard_normal((steps, 128)) * 1e-3).astype(np.float32)
+    grid, coder = get_grid("fp8-e5m2"), get_coder("ctx")
+    ref = encode_layer(first, grid, coder, model="gennorm-zi", shape=(8, 16), keep_symbols=True)
+    near = first + (rng.standard_normal(first.shape) * 1e-5).astype(np.float32)
+    enc = encode_layer(near, grid, coder, model="gennorm-zi", shape=(8, 16), keep_symbols=True)
+    table = enc.table.with_reference()
+    bodies = [table.encode(enc.sym[t], cols=16, ref=ref.sym[t]) for t in range(steps)]
+    again = [table.encode(enc.sym[t], cols=16, ref=enc.sym[t]) for t in range(steps)]
+    assert [bytes(b) for b in ref.bodies] == [c for _, c in parts[0][2]]
+    return h, parts, (dumps(enc.meta), table.to_bytes(), list(zip(enc.scales.tolist(), bodies))), \
+        list(zip(enc.scales.tolist(), again))
+
+
+def build_xref(index: int = 2, source: int = 0, *, shape=(8, 16), coder: str = "ctx",
+               same: bool = False, table: bytes | None = None, plain: bool = False,
+               chain: int = 0) -> bytes:
+    """``xref_parts()``'s file: layers 0 and 1 as ``base()``'s, layer 2 (``fc2.weight``,
+    ``shape``) an ``LYX`` block given ``source``; ``same``: layer 1 an (8, 16) ``LYE``
+    reference to layer 0; ``table``: layer 2's table instead (``"v4"``: its prior as a
+    version 4 table, which takes no reference); ``plain``: layer 2 an ``LYR``
+    block (with its version 5 table); ``chain``: that many more ``LYX`` layers after it,
+    each given the one before (and equal to it); ``coder``: the header's coder id."""
+    h, parts, third, again = xref_parts()
+    lays = h["layers"] + [{"name": f"fc{k}.weight", "shape": list(shape),
+                           "numel": int(np.prod(shape))} for k in range(2, 3 + chain)]
+    second = layer_block(1, *parts[1])
+    if same:
+        lays[1] = dict(lays[0], name="fc1b.weight")
+        second = same_block(1, 0)
+    meta, tab, chunks = third
+    tab = tab if table is None else bytes([4]) + tab[1:] if table == "v4" else table
+    blocks = [layer_block(0, *parts[0]), second,
+              layer_block(2, meta, tab, chunks) if plain else
+              xref_block(index, source, meta, tab, chunks)]
+    blocks += [xref_block(k, k - 1, meta, tab, again) for k in range(3, 3 + chain)]
+    if coder != "ctx":
+        from co3cli.coding import get_coder
+
+        h = dict(h, coder=get_coder(coder).config())
+    h = dict(h, layers=lays)
+    return assemble(header_block(zlib.compress(dumps(h), 9)), blocks)
+
+
+XREF_LIES = {  # name -> (build_xref kwargs, what the reader says)
+    "forward": ({"source": 3}, "not an earlier layer"),
+    "self": ({"source": 2}, "not an earlier layer"),
+    "out_of_range": ({"source": 99}, "not an earlier layer"),
+    "index": ({"index": 5}, "bad block tag or index"),
+    "other_shape": ({"source": 1}, "of another shape"),
+    "source_same": ({"source": 1, "same": True}, "a reference to an equal layer"),
+    "chain": ({"chain": 4}, "a chain of more than 4"),
+    "coder": ({"coder": "ans"}, "whose coder is 'ans'"),
+    "table_v4": ({"table": "v4"}, "takes no reference"),
+    "plain_v5": ({"plain": True}, "block that names none"),
+}
+
+
+def build_xref_grouped() -> bytes:
+    """``base_groups()``'s 1.1 file (header coder ``ctx``) and a 16-entry layer coded given a
+    member of its group (which no layer may be coded given)."""
+    h, meta, table, members, lone = base_groups()
+    lays = h["layers"] + [{"name": "x.bias", "shape": [16], "numel": 16}]
+    h = dict(h, layers=lays, coder=dict(h["coder"], id="ctx"))
+    blocks = [group_block(meta, table, members), layer_block(10, *lone),
+              xref_block(11, 0, *xref_parts()[2])]
+    head = header_block(zlib.compress(dumps(h), 9), minor=1)
+    return assemble(head, blocks, refs=[0] * len(members) + [1, 2])
+
+
+def xref_corpus() -> dict[str, bytes]:
+    """Hostile files with layers coded given another (``LYX`` blocks)."""
+    files = {f"xref_{name}.co3": build_xref(**kw) for name, (kw, _) in XREF_LIES.items()}
+    files["xref_group_source.co3"] = build_xref_grouped()
+    return files
+
+
 if __name__ == "__main__":
     CORPUS.mkdir(exist_ok=True)
-    for name, data in {**corpus(), **group_corpus(), **steps_corpus(), **same_corpus()}.items():
+    for name, data in {**corpus(), **group_corpus(), **steps_corpus(), **same_corpus(),
+                       **xref_corpus()}.items():
         (CORPUS / name).write_bytes(data)
         print(f"{name}: {len(data)} bytes")

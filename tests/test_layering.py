@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "co3cli"
 LAYERS = {
     0: ("errors", "registry", "checks", "varint", "formats", "quantize", "scales", "models",
         "mixture", "coding", "tables", "segments", "workers"),
-    1: ("fileio", "progress", "container", "dump", "data", "codec", "codebook", "fitting",
+    1: ("fileio", "progress", "container", "dump", "data", "codec", "references", "codebook", "fitting",
         "report", "inspection", "plot", "lossless"),
     2: ("compressors",),
     3: ("ddp", "fsdp", "integrations", "recorder", "capture", "tasks", "jobs", "simulate", "demo",

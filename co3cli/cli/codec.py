@@ -42,6 +42,11 @@ def compress_cli(
     nonfinite: str = NonfiniteOpt, threads: Optional[int] = ThreadsOpt, json_out: bool = JsonOpt,
     quiet: bool = QuietOpt, key_every: Optional[int] = KeyEveryOpt,
     level: Optional[str] = LevelOpt,
+    references: bool = typer.Option(True, "--references/--no-references",
+                                    help="ctx: code a layer given an earlier layer of its shape "
+                                         "where that is smaller (the streams of an FL dump); "
+                                         "--no-references: never (files that readers "
+                                         "without LYX blocks read)."),
 ):
     """Quantize and entropy-code a gradient dump into a .co3 file.
 
@@ -57,7 +62,8 @@ def compress_cli(
               **({} if key_every is None else {"key_every": key_every})}
     res = compress(input, output, format=format, scale=scale, coder=coder,
                    coder_params=params, model=model, codebook=codebook,
-                   nonfinite=nonfinite, progress=not quiet, threads=threads, level=level)
+                   nonfinite=nonfinite, progress=not quiet, threads=threads, level=level,
+                   references=references)
     replaced = f", {res.nonfinite_replaced} NaN/Inf set to 0" if res.nonfinite_replaced else ""
     summary(res, output, json_out, quiet, f"{input} -> {output}: {res.entries} entries, "
             f"{res.nbytes} bytes, {res.bpe:.4f} bits/entry, {res.seconds:.2f} s{replaced}")
@@ -103,6 +109,8 @@ def inspect_cli(input: str = typer.Argument(..., help=".co3 file, or - for stdin
             ("payload_bytes", "payload", "d"), ("table_bytes", "table", "d"), ("model", "model", "")]
     if any(lay["same_as"] for lay in info.layers):  # references to an equal earlier layer
         cols.append(("same_as", "same as", ""))
+    if any(lay["given"] for lay in info.layers):  # coded given an earlier layer (LYX)
+        cols.append(("given", "coded given", ""))
     if any(lay["scale_fallbacks"] is not None for lay in info.layers):  # a rule that can fall back
         cols.append(("scale_fallbacks", "scale fallbacks (steps)", "d"))
     emit(format_table(info.layers, cols))

@@ -66,6 +66,30 @@ enters them too.  On the whole default files of every dump of ``bench_rate.py --
 (``benchmarks/bench_ctx4.py``, ``benchmarks/results/ctx4.md``): 0.15-2.6 % fewer bits
 at fp8, 0.02-0.6 % at fp4, none larger; decode and encode CPU time unchanged (0.87-1.01x).
 
+**Model version 5** (``REFERENCE_VERSION``; a table of version 4 made by
+:meth:`CtxTable.with_reference`) codes a tensor given a *reference*: a symbol array of the
+same shape the decoder holds already (in a ``.co3`` file: the same step of an earlier layer,
+``co3cli.container.xref``; the streams of an FL ``transmitted.h5`` agree on 87-94 % of their
+fp4 symbols).  With ``r`` the reference's co-located magnitude and version 4 otherwise:
+
+* the zero flag's contexts and their parents take one more dimension: 0 where ``r`` is 0,
+  else one of 8 classes of ``r`` (``1 + 8 r // (mmax + 1)``);
+* where ``r > 0`` the prediction ``P`` is ``E[r]``: the mean of ``16 m`` over this
+  tensor's entries so far that are nonzero in both with that ``r`` (the identity ``16 r``
+  at first; a plain mean over the first 32 (fp8) / 8 (fp4) such entries, then an
+  exponential average: it learns the ratio of the two scales and any mapping between the
+  two grids' indices, e.g. a fine grid's symbols of values rounded to a coarser grid), and
+  the magnitude context is ``P`` rounded to half an index (with the matched class on
+  coarse grids; each starting from the prior's split ratios) instead of a bucket of ``P``
+  and its confidence;
+* the sign's contexts and their parents take the reference's sign (none, +, -).
+
+A reference of zeros codes version 4's bits; a reference with the opposite signs codes
+as well as one with the same.  On the FL streams at fp4 (``co3 simulate fl --dump-rounds``,
+``benchmarks/results/xref.md``): ``corrected`` given ``raw`` 0.63x version 4's bits,
+``decoded`` given ``corrected`` 0.35x; at fp8 0.86x and 0.27x; decompressing those files
+takes 0.96-1.10x the CPU time of their version 4 files.
+
 **Adaptation.**  A probability (16 bits, of a 1, kept in ``[32, 2**16 - 32]``) moves
 towards each coded bit by ``1 / (count + 1.5)``; ``count`` starts at 2 (the prior's
 weight) and stops at ``limit`` (then an exponential average with rate ``1/(limit+1.5)``).
@@ -85,7 +109,7 @@ in ~2**24 or less); a payload that is short, runs out or has bytes left over is 
 rejected.  (With ``nsym = 1`` there is nothing to code: every payload is 4 bytes.)
 
 **Kernels.**  ``co3cli.coding.ctx_kernels`` codes version 1 (one model function compiled
-once per direction), ``co3cli.coding.ctx_match_kernels`` versions 3 and 4;
+once per direction), ``co3cli.coding.ctx_match_kernels`` versions 3, 4 and 5;
 ``co3cli.coding.ctx_reference`` keeps the kernel of co3cli 0.1.0, which writes version 1's
 bytes, for tests and ``benchmarks/bench_ctx.py``.  Version 1's bitstream has not changed
 since 0.1.0.  Version 3 against version 1 (``benchmarks/bench_ctx2.py``, whole files on the
@@ -98,7 +122,7 @@ context and predictor updates.
 
 **Table serialisation** (``to_bytes``)::
 
-    byte 0      model version (1, 3 or 4)
+    byte 0      model version (1, 3, 4 or 5)
     byte 1      precision (8..24)
     byte 2      limit (4..255)
     bytes 3..   nsym prior frequencies as LEB128 unsigned varints (shortest form)
@@ -131,15 +155,22 @@ from co3cli.varint import uvarints_to_bytes
 
 __all__ = ["CtxCoder", "CtxTable", "check_limit", "check_model_version"]
 
-MODEL_VERSIONS = (1, 3, 4)
+MODEL_VERSIONS = (1, 3, 4, 5)
 """Model versions ``ctx`` reads (stored in the table bytes; a new one whenever the contexts
-or the adaptation change); new tables code with the last unless told otherwise.  One
-numbering for the family: 1 ``ctx`` of 0.1.0, 2 ``ctx-steps``, 3 ``ctx`` with the match
-model, 4 version 3 with magnitude contexts started from the prior near their prediction."""
-MODEL_VERSION = MODEL_VERSIONS[-1]
+or the adaptation change).  One numbering for the family: 1 ``ctx`` of 0.1.0, 2
+``ctx-steps``, 3 ``ctx`` with the match model, 4 version 3 with magnitude contexts started
+from the prior near their prediction, 5 version 4 coded given a reference
+(``REFERENCE_VERSION``)."""
+REFERENCE_VERSION = 5
+"""The model of a tensor coded given another tensor's symbols (``CtxTable.with_reference``);
+a coder config never names it: its tables are version 4's prior with this version byte."""
+CODER_VERSIONS = tuple(v for v in MODEL_VERSIONS if v != REFERENCE_VERSION)
+MODEL_VERSION = CODER_VERSIONS[-1]
+"""The model new tables code with unless told otherwise."""
 _KERNELS = {1: (kern.encode_kernel, kern.decode_kernel),
             3: (kern2.encode_kernel, kern2.decode_kernel),
-            4: (kern2.encode_kernel4, kern2.decode_kernel4)}
+            4: (kern2.encode_kernel4, kern2.decode_kernel4),
+            5: (kern2.encode_kernel5, kern2.decode_kernel5)}
 MAG_INIT = {"fine": (65359, 65182, 64830, 12, 64, 1), "coarse": (0, 64132, 64132, 4, 16, 4)}
 """Version 4's magnitude-context start (``ctx_match_kernels._posterior_init``): per
 confidence level 0, 1, 2 the weight's decay per 1/16 magnitude index (``/ 2**16``; 0: that
@@ -150,6 +181,12 @@ prediction ``P`` in the magnitude contexts (version 3: 32) and whether (4) or no
 match model's class of the matched entry (4 classes) enters them too.  Integers only."""
 MAG_FLOOR = 64
 """The distance weight never falls below ``MAG_FLOOR / 2**16``."""
+XREF_INIT = {"fine": (32, 2, 8), "coarse": (8, 2, 8)}
+"""Version 5's parameters (``ctx_match_kernels.XPAR``): the count cap of the means of a
+magnitude given the reference's (an average over the last 32 / 8 such entries: the coarse
+grids' few magnitudes gain from following the nearby entries), the magnitude contexts' steps
+per index, the zero flag's classes of the reference's magnitude.  Measured on the FL
+``transmitted.h5`` streams (``benchmarks/results/xref.md``).  Integers only."""
 
 LIMIT_RANGE = range(4, 256)
 
@@ -194,6 +231,8 @@ class CtxTable:
 
     def __init__(self, freqs, precision: int = 16, limit: int = 60, model_version=None):
         precision = check_precision(precision)
+        if model_version is None:  # the latest, never the reference's
+            model_version = [v for v in self.MODEL_VERSIONS if v != REFERENCE_VERSION][-1]
         self.model_version = check_model_version(model_version, self.MODEL_VERSIONS)
         self._limit = check_limit(limit)
         self._freqs = check_freqs(freqs, precision)
@@ -208,9 +247,11 @@ class CtxTable:
         self._child, self._tp1, self._path_off, self._path_bit = kern.build_tree(w + 1)
         self._path_node = kern.path_nodes(self._child, self._path_off, self._path_bit)
         self._wm = (w + 1).astype(np.int64)
-        r0, r1, r2, count, buckets, mclass = MAG_INIT["fine" if mmax >= 16 else "coarse"]
-        self._mpar = np.array([r0, r1, r2, min(count, self._limit), MAG_FLOOR, buckets,
-                               mclass], dtype=np.int64)
+        grids = "fine" if mmax >= 16 else "coarse"
+        r0, r1, r2, count, buckets, mclass = MAG_INIT[grids]
+        self._mpar = np.array([r0, r1, r2, min(count, self._limit), MAG_FLOOR, buckets, mclass]
+                              + (list(XREF_INIT[grids]) if self.takes_reference else []),
+                              dtype=np.int64)
         self._pz0 = _prob(int(f[K]), 1 << precision)
         nneg = int(f[:K].sum())
         self._ps0 = _prob(nneg, nneg + int(f[K + 1:2 * K + 1].sum()))
@@ -254,7 +295,35 @@ class CtxTable:
         """The model the kernels code with (``model_version``; ``ctx-steps`` key steps: 1)."""
         return self.model_version
 
-    def _kernel(self, decode, sym, buf, cols, reference=False):
+    @property
+    def takes_reference(self) -> bool:
+        """Whether this table codes a tensor given a reference's symbols (version 5)."""
+        return self.model_version == REFERENCE_VERSION
+
+    def with_reference(self) -> "CtxTable":
+        """The same prior, coding given a reference (version 5; this table: version 4)."""
+        if type(self) is not CtxTable or self.model_version != 4:
+            raise InputError(f"only a ctx model version 4 table codes given a reference "
+                             f"(this one: version {self.model_version})")
+        return CtxTable(self._freqs, self._precision, self._limit, REFERENCE_VERSION)
+
+    def _reference(self, ref, n: int):
+        """``ref`` checked against this table: required (``n`` symbols below ``nsym``) by a
+        version 5 table, refused by any other."""
+        if not self.takes_reference:
+            if ref is not None:
+                raise InputError(f"ctx model version {self.model_version} codes no reference")
+            return None
+        if ref is None:
+            raise InputError("ctx model version 5 codes given a reference: pass ref")
+        ref = as_symbols(ref)
+        if ref.size != n:
+            raise InputError(f"ref: {ref.size} symbols for {n}")
+        if ref.size and int(ref.max()) >= self.nsym:
+            raise InputError(f"ref: a symbol >= nsym={self.nsym}")
+        return ref
+
+    def _kernel(self, decode, sym, buf, cols, reference=False, ref=None):
         """Run the coder (``reference=True``: the 0.1.0 kernel of model version 1, same
         bits, for checks and benchmarks)."""
         model = (cols, self._K, self._mmax, self._pz0, self._ps0, self._child, self._tp1,
@@ -266,21 +335,25 @@ class CtxTable:
 
             return run_reference(decode, sym, buf, *model, self._limit, kern.RECIP)
         run = _KERNELS[self.kernel_version][1 if decode else 0]
-        extra = (self._wm, self._mpar) if self.kernel_version == 4 else ()
+        extra = (self._wm, self._mpar) if self.kernel_version >= 4 else ()
+        if ref is not None:
+            extra += (ref,)
         return run(sym, buf, *model, self._path_node, self._limit, kern.RECIP, *extra)
 
-    def encode(self, sym, cols=None) -> bytes:
+    def encode(self, sym, cols=None, ref=None) -> bytes:
         """Encode one tensor's uint16 symbols (C order); ``cols`` is the row length of its
-        2-D view (None: 1-D).  ``sym`` is never modified."""
-        return self._encode(sym, cols)
+        2-D view (None: 1-D); ``ref``: the reference's symbols (version 5 only, ``sym``'s
+        size).  ``sym`` is never modified."""
+        return self._encode(sym, cols, ref=ref)
 
-    def _encode(self, sym, cols, reference=False) -> bytes:
+    def _encode(self, sym, cols, reference=False, ref=None) -> bytes:
         sym = as_symbols(sym)
         cols = self._row_length(cols, sym.size)
+        ref = self._reference(ref, sym.size)
         cap = sym.size + 64
         while True:
             buf = np.empty(cap, dtype=np.uint8)
-            status, value = self._kernel(False, sym, buf, cols, reference)
+            status, value = self._kernel(False, sym, buf, cols, reference, ref)
             if status != 2:
                 break
             cap *= 4  # rare: more than 8 bits per symbol
@@ -289,17 +362,18 @@ class CtxTable:
                              f">= nsym={self.nsym}; cannot be coded")
         return buf[1:value].tobytes()  # byte 0 is always 0
 
-    def decode(self, payload: bytes, n: int, cols=None) -> np.ndarray:
-        """Decode exactly ``n`` symbols with the same ``cols`` as the encoder, consuming
-        exactly all of ``payload``; anything else raises :class:`CorruptDataError`."""
-        return self._decode(payload, n, cols)
+    def decode(self, payload: bytes, n: int, cols=None, ref=None) -> np.ndarray:
+        """Decode exactly ``n`` symbols with the same ``cols`` (and ``ref``) as the encoder,
+        consuming exactly all of ``payload``; anything else raises :class:`CorruptDataError`."""
+        return self._decode(payload, n, cols, ref=ref)
 
-    def _decode(self, payload, n, cols, reference=False) -> np.ndarray:
+    def _decode(self, payload, n, cols, reference=False, ref=None) -> np.ndarray:
         n = check_count(n)
         cols = self._row_length(cols, n)
+        ref = self._reference(ref, n)
         data = np.frombuffer(bytes(payload), dtype=np.uint8).copy()
         out = np.zeros(n, dtype=np.uint16)
-        status, _ = self._kernel(True, out, data, cols, reference)
+        status, _ = self._kernel(True, out, data, cols, reference, ref)
         if status:
             why = {1: "ran out of bytes",
                    2: "did not end in the encoder's final state with every byte read",
@@ -371,6 +445,7 @@ class CtxCoder(Configurable):
 
     id, kind = "ctx", "coder"
     PARAMS = {"precision": 16, "limit": 60, "model_version": MODEL_VERSION}
+    VERSIONS = CODER_VERSIONS  # a config's; tables of REFERENCE_VERSION come from a block
     CONFIG_DEFAULTS = {"model_version": 1}  # a config without it (``config()``, files and
     # codebooks from before version 3) means version 1: ``from_config`` round-trips
     TABLE = CtxTable
@@ -380,7 +455,7 @@ class CtxCoder(Configurable):
         self.params["limit"] = self.limit = check_limit(self.params["limit"])
         if "model_version" in self.PARAMS:
             self.params["model_version"] = self.model_version = check_model_version(
-                self.params["model_version"], self.TABLE.MODEL_VERSIONS)
+                self.params["model_version"], self.VERSIONS)
         else:
             self.model_version = None
 

@@ -40,6 +40,9 @@ the prediction (``_posterior_tables``: geometric decays per confidence level fro
 count ``mpar[3]``; the magnitude contexts split the prediction into ``mpar[5]`` buckets
 (version 3: ``NB``).  Integers only.  Against version 3: ``benchmarks/bench_ctx4.py``,
 ``benchmarks/results/ctx4.md``.
+
+**Version 5** (``encode_kernel5`` / ``decode_kernel5``: version 4's function with ``xr``
+set) codes a tensor given a reference symbol array (model: ``co3cli/coding/ctx.py``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ NSCTX2 = 3 * 3 * 3 * 4 * 3 * 5
 """Sign contexts of version 3."""
 NSPARENT = 3 * 3 * 3
 """Their parents (left sign, up sign class, matched sign), always updated."""
+XPAR = 7
+"""Version 5's parameters start at ``mpar[XPAR]``: the reference means' count cap, the
+magnitude contexts' steps per index, the zero flag's classes of the reference's magnitude."""
 
 
 @njit(cache=True, nogil=True)
@@ -108,11 +114,12 @@ def _posterior_init(PR, mb, mc, nint, mmax, pscale, nbk, mzm, wm, G, cum, nlo, n
 
 @njit(cache=True, nogil=True, inline="always")
 def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
-            path_node, limit, recip, wm, mpar, v4):  # pragma: no cover - compiled
+            path_node, limit, recip, wm, mpar, v4, ref, xr):  # pragma: no cover - compiled
     """Version 3 (module docstring): ``ctx_kernels._run_fast`` plus the match model and
     the column sign memory in the zero-flag and sign contexts; ``v4`` (a constant of each
     kernel): version 4, whose magnitude contexts start from ``_posterior_init``
-    (``wm``, ``mpar``: its arguments)."""
+    (``wm``, ``mpar``: its arguments); ``xr`` (a constant, with ``v4``): version 5, coded
+    given the reference symbols ``ref`` (``sym``'s size)."""
     n = sym.size
     nbuf = buf.size
     low = 0
@@ -143,15 +150,23 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
         nlo = nmid = nhi = np.ones(1, dtype=np.int64)
         G = np.zeros((1, 1), dtype=np.int64)
     cum = np.zeros(mmax + 1 if v4 else 1, dtype=np.int64)
-    sbase = NZCTX * 4
-    mbase = sbase + NSCTX2
+    nrc = 1 + mpar[XPAR + 2] if xr else 1   # the reference's classes in the zero flag's
+    nsx = 3 if xr else 1                     # and its signs in the sign's contexts
+    sbase = NZCTX * 4 * nrc
+    mbase = sbase + NSCTX2 * nsx
     nbk = mpar[5] if v4 else NB   # buckets of the prediction in the magnitude contexts
     mzm = mpar[6] if v4 else 1    # 4: the matched entry's class enters them too
     nmctx = nbk * NCONF * mzm
-    PR = np.zeros(mbase + nmctx * nint, dtype=np.int32)
-    sparent = np.full(NSPARENT, (ps0 << 8) | N0, dtype=np.int64)
-    zparent = np.full(NZPARENT, (pz0 << 8) | N0, dtype=np.int64)
-    minit = np.zeros(nmctx, dtype=np.bool_)
+    xres = mpar[XPAR + 1] if xr else 1
+    nmx = (mmax + 1) * xres * mzm if xr else 0   # magnitude contexts of the reference's
+    PR = np.zeros(mbase + (nmctx + nmx) * nint, dtype=np.int32)
+    sparent = np.full(NSPARENT * nsx, (ps0 << 8) | N0, dtype=np.int64)
+    zparent = np.full(NZPARENT * nrc, (pz0 << 8) | N0, dtype=np.int64)
+    minit = np.zeros(nmctx + nmx, dtype=np.bool_)
+    # version 5: per reference magnitude, the mean of 16 m where both are nonzero
+    xcap = mpar[XPAR] if xr else 1
+    xest = np.arange(mmax + 1 if xr else 1, dtype=np.int64) << FP
+    xcnt = np.zeros(mmax + 1 if xr else 1, dtype=np.int64)
     col_est = np.zeros(cols, dtype=np.int64)
     csum = np.zeros(cols, dtype=np.int64)   # column sign memory
     sagree = 0                               # this row's votes against it
@@ -184,7 +199,7 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
     b = up_m[0]
     sb = up_s[0]
     d = up_m[1]
-    mean_step = np.zeros(max(ROW_CAP, COL_CAP) + 1, dtype=np.int64)
+    mean_step = np.zeros(max(ROW_CAP, COL_CAP, xcap) + 1, dtype=np.int64)
     for k in range(1, mean_step.size):
         mean_step[k] = PROB_ONE // k
     pmax = mmax << FP
@@ -221,6 +236,19 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
         prev_pb = pb
         zp = ZRUN[row_z + 1] * 5 + ZRUN[col_z[j] + 1]
         mz = ring[j * mr2 + MR + mbest] if msc[mbest] != 0 else 0
+        rm = 0
+        rsg = 0
+        xm = -1
+        if xr:   # the reference's class, sign and (nonzero) the prediction from it
+            rv = np.int64(ref[i]) - K
+            rm = abs(rv)
+            rc = 0
+            if rm > 0:
+                rsg = 2 if rv < 0 else 1
+                rc = 1 + min((rm * (nrc - 1)) // (mmax + 1), nrc - 2)
+                P = min(max(xest[rm], 0), pmax)
+                xm = (P * xres + (1 << (FP - 1))) >> FP
+            zp = zp * nrc + rc
         zc = (((zp * 8 + (1 if c == 0 else 0) + (2 if d == 0 else 0) + (4 if e == 0 else 0))
                * NZP + ((P * zmul) >> 32)) * 4 + mz)
         v = 0
@@ -261,10 +289,12 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
                 mc = ((P * bmul) >> 32) * NCONF + conf
                 if v4:
                     mc = mc * mzm + (mz if mzm > 1 else 0)
+                if xm >= 0:   # version 5: predicted from the reference
+                    mc = nmctx + xm * mzm + (mz if mzm > 1 else 0)
                 mb = mbase + mc * nint
                 if not minit[mc]:   # first use of a magnitude context: the prior
                     minit[mc] = True
-                    if v4 and mmax >= 2 and mpar[(mc // mzm) % NCONF] > 0:
+                    if v4 and xm < 0 and mmax >= 2 and mpar[(mc // mzm) % NCONF] > 0:
                         _posterior_init(PR, mb, mc, nint, mmax, pscale, nbk, mzm, wm, G,
                                         cum, nlo, nmid, nhi, mpar[3])
                     else:
@@ -341,7 +371,7 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
                             mp = 1 + ((1 if t < 0 else 0) ^ (1 if bs < 0 else 0))
                             bs = abs(bs)
                             mcf = 0 if bs < 3 else (1 if bs < 6 else (2 if bs < 12 else 3))
-                    spa = (sa * 3 + sp) * 3 + mp
+                    spa = ((sa * 3 + sp) * 3 + mp) * nsx + rsg
                     idx = sbase + (((spa * 4 + mcf) * 3 + cmv) * 5 + rb)
                     st = np.int64(PR[idx])
                     if st == 0:  # first use: start from the parent context
@@ -414,6 +444,10 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
                 ro += (((v << FP) - ce - ro) * mean_step[ron]) >> 16
             sxy += lx * ((v << FP) - pb)
             sxx += lx * lx
+            if xr and rm > 0:
+                xn = xcnt[rm] + (1 if xcnt[rm] < xcap else 0)
+                xcnt[rm] = xn
+                xest[rm] += (((v << FP) - xest[rm]) * mean_step[xn]) >> 16
         sv = nz + neg
         cur_m[j] = v
         cur_s[j] = sv
@@ -503,6 +537,7 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
 
 _NOW = np.ones(1, dtype=np.int64)
 _NOP = np.zeros(7, dtype=np.int64)
+_NOREF = np.zeros(1, dtype=np.uint16)
 
 
 @njit(cache=True, nogil=True)
@@ -512,7 +547,8 @@ def encode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_
     Encode ``sym`` into ``buf``: (0, bytes written), (1, index of a symbol >= nsym) or
     (2, 0) ``buf`` too small (byte 0 of ``buf`` is always 0)."""
     return _run_v2(False, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                     path_bit, path_node, limit, recip, _NOW, _NOP, False)
+                     path_bit, path_node, limit, recip, _NOW, _NOP, False, _NOREF,
+                   False)
 
 
 @njit(cache=True, nogil=True)
@@ -523,7 +559,8 @@ def decode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_
     end in the encoder's final state with every byte read; (3, 0) too short or starts out
     of range."""
     return _run_v2(True, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                     path_bit, path_node, limit, recip, _NOW, _NOP, False)
+                     path_bit, path_node, limit, recip, _NOW, _NOP, False, _NOREF,
+                   False)
 
 
 @njit(cache=True, nogil=True)
@@ -532,7 +569,7 @@ def encode_kernel4(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path
     """Version 4's encoder: ``encode_kernel``'s arguments and statuses plus the prior's
     magnitude weights ``wm`` and the parameters ``mpar`` of ``_posterior_init``."""
     return _run_v2(False, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                   path_bit, path_node, limit, recip, wm, mpar, True)
+                   path_bit, path_node, limit, recip, wm, mpar, True, _NOREF, False)
 
 
 @njit(cache=True, nogil=True)
@@ -540,4 +577,21 @@ def decode_kernel4(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path
                    path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
     """Version 4's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel4``)."""
     return _run_v2(True, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                   path_bit, path_node, limit, recip, wm, mpar, True)
+                   path_bit, path_node, limit, recip, wm, mpar, True, _NOREF, False)
+
+
+@njit(cache=True, nogil=True)
+def encode_kernel5(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, ref):  # pragma: no cover - compiled
+    """Version 5's encoder: ``encode_kernel4``'s arguments and statuses (``mpar`` with the
+    reference's parameters from ``XPAR`` on) plus the reference symbols ``ref``."""
+    return _run_v2(False, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
+                   path_bit, path_node, limit, recip, wm, mpar, True, ref, True)
+
+
+@njit(cache=True, nogil=True)
+def decode_kernel5(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, ref):  # pragma: no cover - compiled
+    """Version 5's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel5``)."""
+    return _run_v2(True, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
+                   path_bit, path_node, limit, recip, wm, mpar, True, ref, True)

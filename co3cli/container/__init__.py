@@ -9,7 +9,7 @@ byte is detected before anything is decoded::
                  (1.3: deflated with a preset dictionary the stream names: ``hdict``;
                  1.4: the compact header, ``co3cli.container.hcompact``: the JSON less its
                  layer, step and loss lists, which follow it in binary)
-    block     := layer | group | steps | same | joined | joined-group | compact-group
+    block     := layer | group | steps | same | xref | joined | joined-group | compact-group
                  (group: 1.1 and later; joined, joined-group: 1.3 and later; compact-group
                  ``GRC``: 1.4 and later, ``co3cli.container.gcompact``)
     layer     := "LYR\\0" | index u32 | meta_len u32 | meta JSON | table_len u32 | table
@@ -22,6 +22,9 @@ byte is detected before anything is decoded::
     steps     := "LYS\\0" | a layer block's fields, its table a table set (step groups, each
                  with its own table or stored symbols: ``co3cli.container.tableset``)
     same      := "LYE\\0" | index u32 | source u32 | crc32(the 12 bytes before it) u32
+    xref      := "LYX\\0" | index u32 | source u32 | meta_len u32 | meta JSON | table_len u32
+                 | table | chunk * steps | crc32(the whole block before it) u32
+                 (``co3cli.container.xref``)
     member    := gap uvarint | chunk * steps       (its layer index: the previous member's
                                                     + 1 + gap; the first member's: gap)
     chunk     := scale f32 | body_len uvarint (LEB128) | body (coder payload, body_len bytes)
@@ -65,6 +68,13 @@ feedback is off) is a 16-byte reference to it: ``source`` is an earlier layer co
 its own (``LYR``, ``LYS`` or ``LYJ``, never a group member or another reference), and the reader hands
 back that block's table, scales and chunks under the new layer's index (its payload: 0 bytes).
 Like ``LYS``, the tag is the feature flag: files without an equal layer keep their bytes.
+
+Layers coded given another (``LYX``, ``co3cli.container.xref``): a layer that agrees entry by
+entry with an earlier layer of the same shape (the streams of an FL ``transmitted.h5``) has its
+chunks coded by ``ctx`` model version 5 given the symbols of the same step of ``source`` (an
+earlier layer coded in a block of its own, ``LYR``/``LYS``/``LYJ``/``LYX``; chains at most
+``MAX_CHAIN`` long); decoding a step decodes that step of the source first.  The tag is the
+feature flag, as for ``LYS`` and ``LYE``.
 
 Small files (1.3 and later): the fixed bytes of a file of 10^4 entries were a
 tenth of it (a 1.4 KB header, a table and a final coder state per layer and step, u64

@@ -22,6 +22,7 @@ from co3cli.container.header import COMPACT_MINOR, step_context
 from co3cli.container.plan import joinable
 from co3cli.container.tableset import (KIND_RAW, STEPS_TAG, pack_tableset, parse_tableset,
                                        representative_table)
+from co3cli.container.xref import MAX_CHAIN, XREF_HEAD, XREF_TAG, check_source
 from co3cli.coding import row_length
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.fileio import CO3_MAGIC
@@ -98,6 +99,7 @@ class Co3Writer:
         self._next = 0
         self._groups = groups
         self._alone: set[int] = set()  # layers written in a block of their own (LYR/LYS)
+        self._chain: dict[int, int] = {}  # an LYX layer: the LYX blocks of its chain
         self._step_context = step_context
         js = deflate(pack_header(header))
         pre = _PRE.pack(MAGIC, MAJOR, HEADER_MINOR, len(js))
@@ -147,6 +149,31 @@ class Co3Writer:
         self.w.write(block + _U32.pack(zlib.crc32(block)))
         self.layer_bytes.append(self.w.pos - start)
         self._alone.add(idx)
+        return self.layer_bytes[-1]
+
+    def write_xref(self, meta: dict, table: bytes, chunks: list[tuple[float, bytes]],
+                   source: int) -> int:
+        """Write the next layer as coded given layer ``source`` (written before in a block of
+        its own, the same shape; ``co3cli.container.xref``): an ``LYX`` block of ``chunks``
+        ((scale, body) per step, each body coded given that step of the source); returns
+        its size in bytes."""
+        idx = self._next
+        if idx >= self.nlayers:
+            raise InputError("more layers written than the header declares")
+        self._check_chunks(idx, chunks)
+        lays = self.header["layers"]
+        chain = self._chain.get(source, 0) + 1
+        if isinstance(chunks, Joined) or self._step_context or source not in self._alone \
+                or lays[source]["shape"] != lays[idx]["shape"] or chain > MAX_CHAIN:
+            raise InputError(f"layer {idx} cannot be coded given layer {source}")
+        start = self._claim([idx])
+        mj = _json(meta)
+        block = (XREF_HEAD.pack(XREF_TAG, idx, source, len(mj)) + mj + table_field(table)
+                 + _chunks_bytes(chunks))
+        self.w.write(block + _U32.pack(zlib.crc32(block)))
+        self.layer_bytes.append(self.w.pos - start)
+        self._alone.add(idx)
+        self._chain[idx] = chain
         return self.layer_bytes[-1]
 
     def write_same(self, source: int) -> int:
@@ -252,6 +279,8 @@ class LayerBlock:
     table_nbytes: int = 0  # the table's bytes in the file (1.3: deflated where smaller)
     stack: tuple | None = None  # a stacked ``GRC`` member: (its body's index in the group,
     # its first symbol there, the body's symbols, their row length); ``bodies``: that body
+    xref: "LayerBlock | None" = None  # an ``LYX`` block: the block of the layer its chunks
+    # are coded given (its ``index``), read and verified with it
 
     @property
     def side_bytes(self) -> int:
@@ -299,6 +328,8 @@ class Co3File:
         buf = self._block(start)
         if buf[:4] == SAME_TAG:
             return self._read_same(i, buf)
+        if buf[:4] == XREF_TAG:
+            return self._read_xref(i, buf)
         if buf[:4] == COMPACT_GROUP_TAG and self.version[1] >= HEADER_MINOR \
                 and self._joined_ok(True):
             self._groups[start] = self._read_compact_group(start, buf)
@@ -371,10 +402,40 @@ class Co3File:
         sbuf = self._block(self.offsets[source])
         if sbuf[:4] == SAME_TAG:
             raise CorruptDataError(f"layer {i}: refers to layer {source}, itself a reference")
-        src = self._read_single(source, sbuf)
+        src = self._read_xref(source, sbuf) if sbuf[:4] == XREF_TAG else \
+            self._read_single(source, sbuf)
         return LayerBlock(i, lays[i]["name"], src.meta, src.table, src.scales, src.bodies,
                           len(buf), 0, same_as=source, step_groups=src.step_groups,
-                          joined=src.joined)
+                          joined=src.joined, xref=src.xref)
+
+    def _read_xref(self, i: int, buf: bytes, chain: int = 1) -> LayerBlock:
+        """An ``LYX`` block (``co3cli.container.xref``), its source's block (and so on up the
+        chain: ``chain`` such blocks so far) read and verified with it."""
+        lay = self.header["layers"][i]
+        what = f"layer {i}"
+        if len(buf) < XREF_HEAD.size + 8 or \
+                _U32.unpack_from(buf, len(buf) - 4)[0] != zlib.crc32(memoryview(buf)[:-4]):
+            raise CorruptDataError(f"{what} ({lay['name']}): checksum mismatch or block too short")
+        end = len(buf) - 4
+        _, idx, source, mlen = XREF_HEAD.unpack_from(buf, 0)
+        if idx != i or len(self._refs[self.offsets[i]]) != 1:
+            raise CorruptDataError(f"{what}: bad block tag or index")
+        check_source(self.header, self._refs, self.offsets, i, source, chain)
+        meta, table, pos, tbytes = _meta_table(buf, memoryview(buf), mlen, end, what,
+                                               minor=self.version[1], start=XREF_HEAD.size)
+        scales, bodies, payload, pos = _read_chunks(buf, pos, end, len(self.header["steps"]),
+                                                    what, False, lay["numel"])
+        if pos != end:
+            raise CorruptDataError(f"{what}: {end - pos} unexpected bytes after its chunks")
+        _check_scales(scales, f"{what} ({lay['name']})")
+        sbuf = self._block(self.offsets[source])
+        if sbuf[:4] == SAME_TAG:
+            raise CorruptDataError(f"{what}: coded given layer {source}, a reference to an "
+                                   "equal layer (name that layer's source)")
+        src = self._read_xref(source, sbuf, chain + 1) if sbuf[:4] == XREF_TAG else \
+            self._read_single(source, sbuf)
+        return LayerBlock(i, lay["name"], meta, table, scales, bodies, len(buf), payload,
+                          table_nbytes=tbytes, xref=src)
 
     def _read_group(self, start: int, buf: bytes, joined: bool = False) -> dict[int, LayerBlock]:
         refs = self._refs[start]
@@ -458,6 +519,21 @@ class Co3File:
                     stack=(g, first, total, cols[k]) if layout == STACKED else None)
                 first += entries[k]
         return out
+
+    def reference_users(self) -> dict[int, int]:
+        """For each layer an ``LYX`` block names as its source, the last such layer (from the
+        blocks' heads: a hint for caching, each block is verified when it is read)."""
+        lays, users = self.header["layers"], {}
+        for i, start in enumerate(self.offsets):
+            if len(self._refs[start]) != 1 or self._stops[start] - start < XREF_HEAD.size:
+                continue
+            self.f.seek(start)
+            head = self.f.read(XREF_HEAD.size)
+            if len(head) == XREF_HEAD.size and head[:4] == XREF_TAG:
+                source = XREF_HEAD.unpack(head)[2]
+                if source < i and lays[source]["shape"] == lays[i]["shape"]:
+                    users[source] = i
+        return users
 
     def layers(self) -> Iterator[LayerBlock]:
         for i in range(len(self.offsets)):

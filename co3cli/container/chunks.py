@@ -58,11 +58,11 @@ def _check_scales(scales, what: str) -> None:
 
 
 def _meta_table(buf, mv, mlen: int, end: int, what: str, zipped: bool = False,
-                minor: int = 0) -> tuple[dict, bytes, int, int]:
+                minor: int = 0, start: int = LAYER_HEAD.size) -> tuple[dict, bytes, int, int]:
     """The metadata object (``zipped``: zlib-compressed JSON, a group's) and table after a
-    block head (``minor`` >= 3: maybe deflated); returns them, the position after and the
-    table's bytes in the file."""
-    pos = LAYER_HEAD.size
+    block head (``start``: its size; ``minor`` >= 3: maybe deflated); returns them, the
+    position after and the table's bytes in the file."""
+    pos = start
     if pos + mlen + 4 > end:
         raise CorruptDataError(f"{what}: metadata overruns the block")
     if mlen > MAX_META:

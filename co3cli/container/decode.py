@@ -7,9 +7,16 @@ block's integer table parsed (once per group block), each chunk decoded on its o
     block --iter_decode_block--> symbols of each step (numel,) --decode_block--> (steps, numel)
     (a joined block, ``LYJ``/``GRJ``/``GRC``: its one chunk decoded as steps x numel symbols,
     then split; a stacked ``GRC`` member: its stack decoded once per group, its part taken)
+    block, step --decode_step--> that step's symbols alone (random access)
+
+A layer coded given another (``LYX``, ``co3cli.container.xref``) decodes each step given that
+step of its source, decoded first (and so on up its chain), or taken from a
+:class:`ReferenceCache` that kept the source's symbols when the source itself was decoded.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -18,6 +25,7 @@ from co3cli.coding.raw import RawTable
 from co3cli.container.tableset import KIND_RAW
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.formats import get_grid
+from co3cli.workers import map_rows
 
 
 def read_co3_setup(header: dict):
@@ -46,9 +54,20 @@ def block_table(block, grid, coder):
     table = block.cache.get("table")
     if table is None:
         try:
-            table = block.cache["table"] = coder.table_from_bytes(block.table, grid.nsym)
+            table = coder.table_from_bytes(block.table, grid.nsym)
         except InputError as e:
             raise CorruptDataError(f"layer {block.name}: bad table ({e})") from None
+        block.cache["table"] = _check_reference(block, table)
+    return table
+
+
+def _check_reference(block, table):
+    """``table``, if it codes given a reference exactly where ``block`` names one (``LYX``)."""
+    if getattr(table, "takes_reference", False) != (block.xref is not None):
+        raise CorruptDataError(f"layer {block.name}: a table that codes given a reference in "
+                               "a block that names none" if block.xref is None else
+                               f"layer {block.name}: coded given a layer, with a table that "
+                               "takes no reference")
     return table
 
 
@@ -64,7 +83,7 @@ def step_tables(block, grid, coder) -> list:
                 table = RawTable(grid.nsym)
             else:
                 try:
-                    table = coder.table_from_bytes(raw, grid.nsym)
+                    table = _check_reference(block, coder.table_from_bytes(raw, grid.nsym))
                 except InputError as e:
                     raise CorruptDataError(f"layer {block.name}: bad table of step group {g} "
                                            f"({e})") from None
@@ -86,12 +105,58 @@ def joined_symbols(block, table, numel: int, cols: int) -> np.ndarray:
     return sym[first:first + numel * steps].reshape(steps, numel)
 
 
-def iter_decode_block(block, grid, coder, numel: int, shape=None):
-    """Symbols (numel,) of each step of one verified layer block, in order."""
+class ReferenceCache:
+    """The decoded symbols of layers that later ``LYX`` blocks are coded given, kept (``put``
+    by whoever decodes such a layer) until the last of those blocks is decoded (``done``),
+    at most ``limit`` bytes of them (beyond it a source is decoded again where needed: the
+    same symbols).  Thread-safe."""
+
+    def __init__(self, co3, limit: int = 256 << 20):
+        self._last = co3.reference_users()  # source -> the last layer coded given it
+        self._sym: dict[int, np.ndarray] = {}
+        self._left = limit
+        self._lock = threading.Lock()
+
+    def wants(self, i: int) -> bool:
+        return i in self._last
+
+    def get(self, i: int):
+        return self._sym.get(i)
+
+    def put(self, i: int, sym: np.ndarray) -> None:
+        with self._lock:
+            if i in self._last and i not in self._sym and sym.nbytes <= self._left:
+                self._sym[i] = sym
+                self._left -= sym.nbytes
+
+    def done(self, i: int) -> None:
+        """Layer ``i`` decoded: forget the sources no later layer needs."""
+        with self._lock:
+            for s in [s for s, last in self._last.items() if last <= i]:
+                del self._last[s]
+                sym = self._sym.pop(s, None)
+                self._left += 0 if sym is None else sym.nbytes
+
+
+def _reference_rows(src, grid, coder, numel: int, shape, refs):
+    """The symbols of each step of the source block ``src`` (cached, or decoded)."""
+    sym = None if refs is None else refs.get(src.index)
+    return iter(sym) if sym is not None else iter_decode_block(src, grid, coder, numel, shape,
+                                                               refs)
+
+
+def iter_decode_block(block, grid, coder, numel: int, shape=None, refs=None):
+    """Symbols (numel,) of each step of one verified layer block, in order (``refs``: a
+    :class:`ReferenceCache` an ``LYX`` block's source may be in)."""
     tables = step_tables(block, grid, coder)
     cols = row_length(shape, numel)
     if block.joined:  # LYJ/GRJ/GRC: every step in one chunk, the steps as further rows
         yield from joined_symbols(block, tables[0], numel, cols)
+        return
+    if block.xref is not None:  # LYX: each step given that step of its source
+        rows = _reference_rows(block.xref, grid, coder, numel, shape, refs)
+        for table, body in zip(tables, block.bodies):
+            yield table.decode(body, numel, cols=cols, ref=next(rows))
         return
     if tables and hasattr(tables[0], "stream"):  # context across steps (ctx-steps): in order
         stream = tables[0].stream(numel, cols)
@@ -102,14 +167,50 @@ def iter_decode_block(block, grid, coder, numel: int, shape=None):
         yield table.decode(body, numel, cols=cols)
 
 
-def decode_block(block, grid, coder, numel: int, shape=None) -> np.ndarray:
-    """Symbols (steps, numel) of one verified layer block."""
-    if block.joined:  # one chunk: its rows are the steps
-        return joined_symbols(block, step_tables(block, grid, coder)[0], numel,
-                              row_length(shape, numel))
-    if len(block.bodies) == 1:  # one step: the decoded row itself, no copy
-        return next(iter_decode_block(block, grid, coder, numel, shape))[None, :]
-    sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
-    for t, row in enumerate(iter_decode_block(block, grid, coder, numel, shape)):
-        sym[t] = row
+def decode_block(block, grid, coder, numel: int, shape=None, refs=None,
+                 workers=None) -> np.ndarray:
+    """Symbols (steps, numel) of one verified layer block (``refs``: a
+    :class:`ReferenceCache`, which is offered them; ``workers``: an ``LYX`` block's rows are
+    shared among them, the same symbols)."""
+    if block.xref is not None:  # LYX: its source's symbols, then each step given them
+        src = None if refs is None else refs.get(block.xref.index)
+        if src is None:
+            src = decode_block(block.xref, grid, coder, numel, shape, refs, workers)
+        tables, cols = step_tables(block, grid, coder), row_length(shape, numel)
+        sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
+
+        def rows(lo, hi):
+            for t in range(lo, hi):
+                sym[t] = tables[t].decode(block.bodies[t], numel, cols=cols, ref=src[t])
+
+        map_rows(workers, len(block.bodies), numel, rows)
+    elif block.joined:  # one chunk: its rows are the steps
+        sym = joined_symbols(block, step_tables(block, grid, coder)[0], numel,
+                             row_length(shape, numel))
+    elif len(block.bodies) == 1:  # one step: the decoded row itself, no copy
+        sym = next(iter_decode_block(block, grid, coder, numel, shape, refs))[None, :]
+    else:
+        sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
+        for t, row in enumerate(iter_decode_block(block, grid, coder, numel, shape, refs)):
+            sym[t] = row
+    if refs is not None:
+        refs.put(block.index, sym)
     return sym
+
+
+def decode_step(block, grid, coder, numel: int, shape, step: int) -> np.ndarray:
+    """Symbols (numel,) of step ``step`` alone of one verified layer block: its chunk (a
+    joined block: its one chunk; ``ctx-steps``: the chunks from its key step on; ``LYX``:
+    given that step of its source, decoded first)."""
+    tables = step_tables(block, grid, coder)
+    if not 0 <= step < len(block.scales):
+        raise InputError(f"step {step}: the layer has {len(block.scales)} steps")
+    cols = row_length(shape, numel)
+    if block.joined:
+        return joined_symbols(block, tables[0], numel, cols)[step]
+    if hasattr(tables[0], "decode_step"):  # context across steps: from its key step
+        return tables[0].decode_step(block.bodies, step, numel, cols)
+    if block.xref is not None:
+        ref = decode_step(block.xref, grid, coder, numel, shape, step)
+        return tables[step].decode(block.bodies[step], numel, cols=cols, ref=ref)
+    return tables[step].decode(block.bodies[step], numel, cols=cols)

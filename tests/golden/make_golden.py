@@ -19,6 +19,8 @@ the default). ``--steps`` writes only the step-group
 fixtures (``STEPS_CASES``, from ``source-steps.h5``: ``LYS`` blocks, a drifting layer split into
 step groups and a tiny one stored). ``--same`` writes only the equal-layer fixtures
 (``SAME_CASES``, from ``source-same.h5``: ``LYE`` references to an equal earlier layer).
+``--xref`` writes only the fixtures of layers coded given an earlier layer (``XREF_CASES``,
+from ``source-xref.h5``: ``LYX`` blocks, ``ctx`` model version 5).
 """
 
 from __future__ import annotations
@@ -176,6 +178,40 @@ def make_same() -> None:
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
 
 
+# layers coded given an earlier layer (``LYX`` blocks, ``ctx`` model version 5), from
+# ``source-xref.h5`` (gzip-compressed: its layers are big enough to be coded alone, more than
+# ``JOIN_ENTRIES`` entries each); no decoded ``.h5`` is kept (the test decodes the fixtures
+# to what the source compressed without such blocks decodes to)
+XREF_SOURCE = HERE / "source-xref.h5"
+XREF_CASES = {
+    "xref-fp8-default": [],
+    "xref-fp4-default": ["--format", "fp4-co3"],
+}
+
+
+def xref_layers(rng: np.random.Generator, steps: int = 2) -> dict:
+    """FL-like streams (``raw`` g, ``corrected`` g + 0.5 e, ``decoded`` that rounded to a coarse
+    grid), of (16, 2050) each, their values few multiples of 2**-16 (the files gzip well)."""
+    g = np.round(rng.laplace(size=(steps, 32800)) * 6) / 65536
+    v = g + 0.5 * np.round(rng.laplace(size=g.shape)) / 65536
+    s = np.abs(v).max(axis=1, keepdims=True) / 8
+    q = np.round(v / s) * s
+    return {f"{k}/fc.weight": (x.astype(np.float32), (16, 2050))
+            for k, x in (("raw", g), ("corrected", v), ("decoded", q))}
+
+
+def make_xref() -> None:
+    from co3cli.dump import write_dump
+    from co3cli.dump.output import gzip_in_place
+
+    write_dump(XREF_SOURCE, xref_layers(np.random.default_rng(20261203)), steps=np.arange(2),
+               attrs={"task": "golden-xref", "seed": 20261203,
+                      "streams": '["raw", "corrected", "decoded"]'})
+    gzip_in_place(str(XREF_SOURCE))
+    for name, opts in XREF_CASES.items():
+        co3("compress", str(XREF_SOURCE), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+
+
 def make_ctx3() -> None:
     os.environ["SOURCE_DATE_EPOCH"] = EPOCH
     for name, opts in CTX3_CASES.items():
@@ -233,6 +269,8 @@ if __name__ == "__main__":
         make_steps()
     elif sys.argv[1:] == ["--same"]:  # only the equal-layer fixtures
         make_same()
+    elif sys.argv[1:] == ["--xref"]:  # only the fixtures of layers coded given another
+        make_xref()
     else:
         main()
         make_groups()

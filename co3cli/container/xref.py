@@ -1,0 +1,62 @@
+"""Layers coded given another layer (``LYX`` blocks): the block's layout and its checks.
+
+A dump often holds layers that agree entry by entry: the ``raw``, ``corrected`` and
+``decoded`` streams of ``co3 simulate fl --dump-rounds`` (87-94 % of their fp4 symbols
+equal), tied or mirrored parameters.  The ``ctx`` coder's model version 5
+(``co3cli.coding.ctx``) codes a tensor given such a *reference*: the co-located symbols of
+the same step of an earlier layer of the file, which the decoder holds already.  The block
+says which layer::
+
+    xref := "LYX\\0" | index u32 | source u32 | meta_len u32 | meta JSON
+            | table_len u32 | table | chunk * steps | crc32(the whole block before it) u32
+
+``source`` is the reference: an earlier layer of the same shape coded in a block of its own
+(``LYR``, ``LYS``, ``LYJ`` or another ``LYX``; never a group member or an equal-layer
+reference ``LYE``, whose own source is named instead).  Chunk ``t`` is coded given the
+symbols of step ``t`` of the source, so decoding a step of the layer first decodes that step
+of the source (and of its source, up the chain).  Chains are at most ``MAX_CHAIN`` blocks
+long, so a step costs at most ``MAX_CHAIN + 1`` decodes; the table is a ``ctx`` table of
+model version 5 (the file's coder ``ctx``) and a version 5 table appears in no other block.
+Chunks are per step (never joined).  Like ``LYS`` and ``LYE`` the tag is the feature flag:
+any 1.x file may hold one, files without one keep their bytes, and a reader that predates it
+refuses the block in one line (an unknown tag) before decoding anything.
+
+A reader refuses, in one line: a source that is not earlier (forward, itself, out of
+range), not coded alone, an ``LYE`` reference, of another shape, a chain longer than
+``MAX_CHAIN``, and the block in a file whose coder is not ``ctx``.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from co3cli.errors import CorruptDataError
+
+XREF_TAG = b"LYX\0"
+XREF_HEAD = struct.Struct("<4sIII")  # tag, index, source, meta_len
+MAX_CHAIN = 4
+"""An ``LYX`` block's source may itself be one, this many blocks deep at most."""
+XREF_CODER = "ctx"
+"""The coder whose tables code given a reference (model version 5)."""
+
+
+def check_source(header: dict, refs: dict, offsets: list, i: int, source: int,
+                 depth: int) -> None:
+    """Layer ``i``'s reference ``source`` (``depth``: ``LYX`` blocks in the chain so far, this
+    one included) as a reader may use it, or CorruptDataError naming the problem."""
+    lays = header["layers"]
+    if header["coder"].get("id") != XREF_CODER:
+        raise CorruptDataError(f"layer {i}: coded given another layer in a file whose coder is "
+                               f"{header['coder'].get('id')!r}, not {XREF_CODER!r}")
+    if not 0 <= source < i:
+        raise CorruptDataError(f"layer {i}: coded given layer {source}, which is not an "
+                               "earlier layer")
+    if len(refs[offsets[source]]) != 1:
+        raise CorruptDataError(f"layer {i}: coded given layer {source}, which is not coded "
+                               "alone")
+    if lays[source]["shape"] != lays[i]["shape"]:
+        raise CorruptDataError(f"layer {i} ({lays[i]['name'][:80]}): coded given layer "
+                               f"{source} of another shape")
+    if depth > MAX_CHAIN:
+        raise CorruptDataError(f"layer {i}: a chain of more than {MAX_CHAIN} layers coded "
+                               "given one another")
