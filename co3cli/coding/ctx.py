@@ -131,7 +131,7 @@ from co3cli.varint import uvarints_to_bytes
 
 __all__ = ["CtxCoder", "CtxTable", "check_limit", "check_model_version"]
 
-MODEL_VERSIONS = (1, 3, 4)
+MODEL_VERSIONS = (1, 3, 4, 5)
 """Model versions ``ctx`` reads (stored in the table bytes; a new one whenever the contexts
 or the adaptation change); new tables code with the last unless told otherwise.  One
 numbering for the family: 1 ``ctx`` of 0.1.0, 2 ``ctx-steps``, 3 ``ctx`` with the match
@@ -139,7 +139,8 @@ model, 4 version 3 with magnitude contexts started from the prior near their pre
 MODEL_VERSION = MODEL_VERSIONS[-1]
 _KERNELS = {1: (kern.encode_kernel, kern.decode_kernel),
             3: (kern2.encode_kernel, kern2.decode_kernel),
-            4: (kern2.encode_kernel4, kern2.decode_kernel4)}
+            4: (kern2.encode_kernel4, kern2.decode_kernel4),
+            5: (kern2.encode_kernel5, kern2.decode_kernel5)}
 MAG_INIT = {"fine": (65359, 65182, 64830, 12, 64, 1), "coarse": (0, 64132, 64132, 4, 16, 4)}
 """Version 4's magnitude-context start (``ctx_match_kernels._posterior_init``): per
 confidence level 0, 1, 2 the weight's decay per 1/16 magnitude index (``/ 2**16``; 0: that
@@ -256,7 +257,10 @@ class CtxTable:
 
     def _kernel(self, decode, sym, buf, cols, reference=False):
         """Run the coder (``reference=True``: the 0.1.0 kernel of model version 1, same
-        bits, for checks and benchmarks)."""
+        bits, for checks and benchmarks); version 5: ``cols`` a row length (one segment) or
+        the segments' array."""
+        if self.kernel_version == 5 and not isinstance(cols, np.ndarray):
+            cols = np.array([[sym.size, cols, 0]], dtype=np.int64)
         model = (cols, self._K, self._mmax, self._pz0, self._ps0, self._child, self._tp1,
                  self._path_off, self._path_bit)
         if reference:
@@ -266,7 +270,7 @@ class CtxTable:
 
             return run_reference(decode, sym, buf, *model, self._limit, kern.RECIP)
         run = _KERNELS[self.kernel_version][1 if decode else 0]
-        extra = (self._wm, self._mpar) if self.kernel_version == 4 else ()
+        extra = (self._wm, self._mpar) if self.kernel_version >= 4 else ()
         return run(sym, buf, *model, self._path_node, self._limit, kern.RECIP, *extra)
 
     def encode(self, sym, cols=None) -> bytes:
@@ -276,7 +280,8 @@ class CtxTable:
 
     def _encode(self, sym, cols, reference=False) -> bytes:
         sym = as_symbols(sym)
-        cols = self._row_length(cols, sym.size)
+        if not isinstance(cols, np.ndarray):  # (version 5: the segments' array)
+            cols = self._row_length(cols, sym.size)
         cap = sym.size + 64
         while True:
             buf = np.empty(cap, dtype=np.uint8)
@@ -296,7 +301,8 @@ class CtxTable:
 
     def _decode(self, payload, n, cols, reference=False) -> np.ndarray:
         n = check_count(n)
-        cols = self._row_length(cols, n)
+        if not isinstance(cols, np.ndarray):
+            cols = self._row_length(cols, n)
         data = np.frombuffer(bytes(payload), dtype=np.uint8).copy()
         out = np.zeros(n, dtype=np.uint16)
         status, _ = self._kernel(True, out, data, cols, reference)
@@ -306,6 +312,35 @@ class CtxTable:
                    3: "is too short or starts out of range"}[status]
             raise CorruptDataError(f"ctx payload: decoding {n} symbols {why}")
         return out
+
+    def segments_array(self, segments, n: int) -> np.ndarray:
+        """``segments`` ((entries, row length, lag) each) as the kernel's array, checked: a
+        version-5 table, entries >= 1 summing to ``n``, each a whole number of rows, the lag
+        a whole number of rows less than the entries (0: no previous step)."""
+        if self.model_version < 5:
+            raise InputError(f"segments need ctx model version 5 (this table: "
+                             f"{self.model_version})")
+        seg = np.array(list(segments), dtype=np.int64).reshape(-1, 3)
+        if seg.shape[0] == 0 or int(seg[:, 0].sum()) != n or np.any(seg[:, 0] < 1) \
+                or np.any(seg[:, 1] < 1) or np.any(seg[:, 0] % seg[:, 1]) \
+                or np.any(seg[:, 2] < 0) or np.any(seg[:, 2] >= seg[:, 0]) \
+                or np.any(seg[:, 2] % seg[:, 1]):
+            raise InputError(f"segments {seg[:4].tolist()}...: need entries >= 1 summing to "
+                             f"{n}, whole rows, lags of whole rows below the entries")
+        return seg
+
+    def encode_segments(self, sym, segments) -> bytes:
+        """Version 5: encode ``sym`` as consecutive ``segments`` ((entries, row length, lag)
+        each): the adaptive statistics carry through; rows restart where the row length
+        changes; an entry ``lag`` entries after its segment's start is coded given the sign
+        of the entry ``lag`` before it (the previous step of the same tensor)."""
+        sym = as_symbols(sym)
+        return self._encode(sym, self.segments_array(segments, sym.size))
+
+    def decode_segments(self, payload: bytes, segments) -> np.ndarray:
+        """Decode what :meth:`encode_segments` wrote with the same ``segments``."""
+        seg = self.segments_array(segments, int(np.sum([s[0] for s in segments])))
+        return self._decode(payload, int(seg[:, 0].sum()), seg)
 
     def code_lengths(self) -> np.ndarray:
         """Bits per symbol under the initial (prior) model, before any adaptation."""

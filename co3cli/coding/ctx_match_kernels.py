@@ -40,6 +40,18 @@ the prediction (``_posterior_tables``: geometric decays per confidence level fro
 count ``mpar[3]``; the magnitude contexts split the prediction into ``mpar[5]`` buckets
 (version 3: ``NB``).  Integers only.  Against version 3: ``benchmarks/bench_ctx4.py``,
 ``benchmarks/results/ctx4.md``.
+
+**Version 5** (``encode_kernel5`` / ``decode_kernel5``) is version 4 over *segments*: the
+symbols are consecutive parts (entries, row length, lag), coded as one sequence (one final
+state; the adaptive probabilities carry through); where the row length changes, the rows,
+the column estimates, the match ring and the column sign memory restart.  An entry at least
+``lag`` entries into its segment has a *previous step* (the entry ``lag`` before it: a
+``.co3`` group member's steps are further rows, ``lag`` its ``numel``): its sign class (none,
++, -) is one more dimension of the sign contexts and their parents (x 3), and its class
+(zero, below, above the prediction) replaces the matched row's in the zero-flag and
+magnitude contexts, and a nonzero one moves the prediction ``P`` towards its magnitude by a
+weight in [0, 1] refitted by least squares after every row (as the left neighbour's).  A
+single segment without lag codes exactly version 4's bits.
 """
 
 from __future__ import annotations
@@ -107,12 +119,14 @@ def _posterior_init(PR, mb, mc, nint, mmax, pscale, nbk, mzm, wm, G, cum, nlo, n
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
-            path_node, limit, recip, wm, mpar, v4):  # pragma: no cover - compiled
+def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+            path_node, limit, recip, wm, mpar, v4, seg, v5):  # pragma: no cover - compiled
     """Version 3 (module docstring): ``ctx_kernels._run_fast`` plus the match model and
     the column sign memory in the zero-flag and sign contexts; ``v4`` (a constant of each
     kernel): version 4, whose magnitude contexts start from ``_posterior_init``
-    (``wm``, ``mpar``: its arguments)."""
+    (``wm``, ``mpar``: its arguments). ``seg``: (entries, row length, lag) per segment
+    (versions 3 and 4: one, lag 0); ``v5``: version 5, the previous step's sign (``lag``
+    entries back in the segment) in the sign contexts."""
     n = sym.size
     nbuf = buf.size
     low = 0
@@ -144,46 +158,44 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
         G = np.zeros((1, 1), dtype=np.int64)
     cum = np.zeros(mmax + 1 if v4 else 1, dtype=np.int64)
     sbase = NZCTX * 4
-    mbase = sbase + NSCTX2
+    npp = 3 if v5 else 1   # version 5: the previous step's sign (none, +, -)
+    mbase = sbase + NSCTX2 * npp
     nbk = mpar[5] if v4 else NB   # buckets of the prediction in the magnitude contexts
     mzm = mpar[6] if v4 else 1    # 4: the matched entry's class enters them too
     nmctx = nbk * NCONF * mzm
     PR = np.zeros(mbase + nmctx * nint, dtype=np.int32)
-    sparent = np.full(NSPARENT, (ps0 << 8) | N0, dtype=np.int64)
+    sparent = np.full(NSPARENT * npp, (ps0 << 8) | N0, dtype=np.int64)
     zparent = np.full(NZPARENT, (pz0 << 8) | N0, dtype=np.int64)
     minit = np.zeros(nmctx, dtype=np.bool_)
-    col_est = np.zeros(cols, dtype=np.int64)
-    csum = np.zeros(cols, dtype=np.int64)   # column sign memory
+    maxc = 1
+    for k in range(seg.shape[0]):
+        maxc = max(maxc, seg[k, 1])
+    col_est = np.zeros(maxc, dtype=np.int64)
+    csum = np.zeros(maxc, dtype=np.int64)   # column sign memory
     sagree = 0                               # this row's votes against it
     sdiff = 0
     # match model: per (column, slot) the sign (+1, -1, 0) and class (0 absent, 1 zero,
     # 2 below, 3 above the prediction) of an earlier row's entry; scores per slot
     # (a one-row tensor has no earlier rows: no ring; the loops over MR slots have a
     # compile-time trip count, slots of rows that do not exist stay 0 and never match)
-    has_ring = n > cols
+    has_ring = False
     mr2 = 2 * MR
     # [j * 2 MR + slot]: sign, [j * 2 MR + MR + slot]: class
-    ring = np.zeros(cols * mr2 if has_ring else 0, dtype=np.int8)
+    ring = np.zeros(maxc * mr2 if n > seg[0, 1] or seg.shape[0] > 1 else 0, dtype=np.int8)
     msc = np.zeros(MR, dtype=np.int32)
-    mbest = 0
-    nsg = 0
-    rowi = 0
-    col_n = np.zeros(cols, dtype=np.int64)
-    col_z = np.full(cols, -1, dtype=np.int64)
+    mbest = nsg = rowi = 0
+    col_n = np.zeros(maxc, dtype=np.int64)
+    col_z = np.full(maxc, -1, dtype=np.int64)
     # magnitudes and sign classes (0 zero, 1 +, 2 -) of the row above and of this row;
     # -1 (absent) past either end of the row and above the first row
-    up_m = np.full(cols + 2, -1, dtype=np.int64)
-    up_s = np.zeros(cols + 2, dtype=np.int64)
-    cur_m = np.full(cols + 2, -1, dtype=np.int64)
-    cur_s = np.zeros(cols + 2, dtype=np.int64)
-    # neighbours of the next entry: left a, left-left e, up b, up-left c, up-right d
-    a = -1
-    e = -1
-    sa = 0
-    c = -1
-    b = up_m[0]
-    sb = up_s[0]
-    d = up_m[1]
+    up_m = np.full(maxc + 2, -1, dtype=np.int64)
+    up_s = np.zeros(maxc + 2, dtype=np.int64)
+    cur_m = np.full(maxc + 2, -1, dtype=np.int64)
+    cur_s = np.zeros(maxc + 2, dtype=np.int64)
+    # neighbours of the next entry: left a, left-left e, up b, up-left c, up-right d (and
+    # with the other per-row and per-column state: set where a segment starts)
+    a = e = c = b = d = -1
+    sa = sb = 0
     mean_step = np.zeros(max(ROW_CAP, COL_CAP) + 1, dtype=np.int64)
     for k in range(1, mean_step.size):
         mean_step[k] = PROB_ONE // k
@@ -191,21 +203,43 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
     pscale = (mmax + 1) << FP
     bmul = (nbk << 32) // pscale
     zmul = (NZP << 32) // pscale
-    j = 0
-    ro = 0
-    ron = 0
-    last_off = 0
+    j = ro = ron = last_off = rpos = rneg = agree = differ = lastnz = prev_pb = 0
     row_z = -1
-    rpos = 0
-    rneg = 0
-    agree = 0
-    differ = 0
-    lastnz = 0
-    prev_pb = 0
-    wl = 0
-    sxy = 0
-    sxx = 0
+    wl = sxy = sxx = 0
+    wp = pxy = pxx = P0 = 0   # version 5: the previous step's weight in the prediction
+    cols = seg_start = seg_end = lag = 0
+    si = -1
     for i in range(n):
+        while i == seg_end:   # a segment starts (its lag; a new row length: rows restart)
+            si += 1
+            seg_start = i
+            seg_end = i + seg[si, 0]
+            lag = seg[si, 2]
+            if seg[si, 1] != cols:
+                cols = seg[si, 1]
+                run = 0   # the entries of this run of segments of one row length
+                for k in range(si, seg.shape[0]):
+                    if seg[k, 1] != cols:
+                        break
+                    run += seg[k, 0]
+                has_ring = run > cols
+                col_est[:cols] = 0
+                csum[:cols] = 0
+                col_n[:cols] = 0
+                col_z[:cols] = -1
+                ring[:cols * mr2 if has_ring else 0] = 0
+                up_m[:cols + 2] = -1
+                cur_m[:cols + 2] = -1
+                up_s[:cols + 2] = 0
+                cur_s[:cols + 2] = 0
+                msc[:] = 0
+                mbest = nsg = rowi = sagree = sdiff = sa = sb = j = ro = ron = last_off = 0
+                rpos = rneg = agree = differ = prev_pb = 0
+                a = e = c = b = d = row_z = -1
+        pp = 0
+        if v5 and lag > 0 and i - lag >= seg_start:
+            t = np.int64(sym[i - lag]) - K
+            pp = 0 if t == 0 else (1 if t > 0 else 2)
         # ---------------- prediction (selects, no data-dependent jumps)
         cn = col_n[j]
         ce = col_est[j]
@@ -218,9 +252,19 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
         pb = min(max(pb, 0), pmax)
         lx = ((a << FP) - prev_pb) if a > 0 else 0
         P = min(max(pb + ((wl * lx) >> 8), 0), pmax)
+        px = 0   # version 5: towards a nonzero previous step by the weight wp (fitted)
+        if v5 and lag > 0 and i - lag >= seg_start:
+            tq = abs(np.int64(sym[i - lag]) - K)
+            if tq > 0:
+                px = (tq << FP) - P
+                P0 = P
+                P = min(max(P + ((wp * px) >> 8), 0), pmax)
         prev_pb = pb
         zp = ZRUN[row_z + 1] * 5 + ZRUN[col_z[j] + 1]
         mz = ring[j * mr2 + MR + mbest] if msc[mbest] != 0 else 0
+        if v5 and lag > 0 and i - lag >= seg_start:   # version 5: the previous step's class
+            tq = abs(np.int64(sym[i - lag]) - K)
+            mz = 1 if tq == 0 else (2 if (tq << FP) - P < -MZT else 3)
         zc = (((zp * 8 + (1 if c == 0 else 0) + (2 if d == 0 else 0) + (4 if e == 0 else 0))
                * NZP + ((P * zmul) >> 32)) * 4 + mz)
         v = 0
@@ -341,7 +385,7 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
                             mp = 1 + ((1 if t < 0 else 0) ^ (1 if bs < 0 else 0))
                             bs = abs(bs)
                             mcf = 0 if bs < 3 else (1 if bs < 6 else (2 if bs < 12 else 3))
-                    spa = (sa * 3 + sp) * 3 + mp
+                    spa = ((sa * 3 + sp) * 3 + mp) * npp + pp
                     idx = sbase + (((spa * 4 + mcf) * 3 + cmv) * 5 + rb)
                     st = np.int64(PR[idx])
                     if st == 0:  # first use: start from the parent context
@@ -414,6 +458,9 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
                 ro += (((v << FP) - ce - ro) * mean_step[ron]) >> 16
             sxy += lx * ((v << FP) - pb)
             sxx += lx * lx
+            if px != 0:
+                pxy += px * ((v << FP) - P0)
+                pxx += px * px
         sv = nz + neg
         cur_m[j] = v
         cur_s[j] = sv
@@ -432,6 +479,11 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
                 while sxx >= 1 << 44:
                     sxx >>= 1
                     sxy >>= 1
+            if pxx > 0:
+                wp = min(max((pxy << 8) // pxx, 0), 256)
+                while pxx >= 1 << 44:
+                    pxx >>= 1
+                    pxy >>= 1
             if ron > 0:
                 last_off = ro
             # this row into the match ring (its slot), before the column estimates move
@@ -505,14 +557,23 @@ _NOW = np.ones(1, dtype=np.int64)
 _NOP = np.zeros(7, dtype=np.int64)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _one(n, cols):  # pragma: no cover - compiled
+    """The one segment of a version 3/4 tensor."""
+    seg = np.zeros((1, 3), dtype=np.int64)
+    seg[0, 0] = n
+    seg[0, 1] = cols
+    return seg
+
+
 @njit(cache=True, nogil=True)
 def encode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                   path_node, limit, recip):  # pragma: no cover - compiled
     """Version 3 of ``ctx_kernels.encode_kernel`` (same arguments and statuses).
     Encode ``sym`` into ``buf``: (0, bytes written), (1, index of a symbol >= nsym) or
     (2, 0) ``buf`` too small (byte 0 of ``buf`` is always 0)."""
-    return _run_v2(False, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                     path_bit, path_node, limit, recip, _NOW, _NOP, False)
+    return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, _NOW, _NOP, False, _one(sym.size, cols), False)
 
 
 @njit(cache=True, nogil=True)
@@ -522,8 +583,8 @@ def decode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_
     Decode all of ``buf`` into ``sym``: (0, 0); (1, 0) ran out of bytes; (2, 0) did not
     end in the encoder's final state with every byte read; (3, 0) too short or starts out
     of range."""
-    return _run_v2(True, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                     path_bit, path_node, limit, recip, _NOW, _NOP, False)
+    return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, _NOW, _NOP, False, _one(sym.size, cols), False)
 
 
 @njit(cache=True, nogil=True)
@@ -531,13 +592,30 @@ def encode_kernel4(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path
                    path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
     """Version 4's encoder: ``encode_kernel``'s arguments and statuses plus the prior's
     magnitude weights ``wm`` and the parameters ``mpar`` of ``_posterior_init``."""
-    return _run_v2(False, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                   path_bit, path_node, limit, recip, wm, mpar, True)
+    return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, _one(sym.size, cols), False)
 
 
 @njit(cache=True, nogil=True)
 def decode_kernel4(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                    path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
     """Version 4's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel4``)."""
-    return _run_v2(True, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                   path_bit, path_node, limit, recip, wm, mpar, True)
+    return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, _one(sym.size, cols), False)
+
+
+@njit(cache=True, nogil=True)
+def encode_kernel5(sym, buf, seg, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
+    """Version 5's encoder: ``encode_kernel4``'s, the row length replaced by the segments
+    ``seg`` ((entries, row length, lag) each, entries summing to ``sym.size``)."""
+    return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, seg, True)
+
+
+@njit(cache=True, nogil=True)
+def decode_kernel5(sym, buf, seg, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
+    """Version 5's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel5``)."""
+    return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, seg, True)
