@@ -85,9 +85,9 @@ class Co3Writer:
     Blocks come in the order of their first layer: :meth:`write_layer` writes the lowest layer
     not yet written; :meth:`write_group` a group whose first member is that layer. ``groups``:
     whether the file may hold group blocks; ``step_context``: the coder codes each step given
-    the previous one (no joined blocks then). Files are written as version 1.4: the header
-    compact (``co3cli.container.hcompact``) and deflated with ``co3cli.container.hdict``'s
-    dictionary, varint offsets in the trailer (both since 1.3), joined groups ``GRC``."""
+    the previous one (no joined blocks then). Files are written as version 1.5: the header
+    coded by a text model (``co3cli.container.hcm``), block sizes in the trailer
+    (``co3cli.container.framing.trailer15_bytes``), joined groups ``GRC``."""
 
     def __init__(self, f: BinaryIO, header: dict, groups: bool = False,
                  step_context: bool = False):

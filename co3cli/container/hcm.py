@@ -28,8 +28,10 @@ object, every key and value kept, laid out as::
 The text model is primed first with ``co3cli.container.hprime.PRIME`` and, once the layer
 lines are known, with :func:`~co3cli.container.hprime.module_guess` of them (as JSON string
 text, as ``model_repr`` appears). A field moves only where its form gives back exactly the
-value, and the writer checks that the whole header round-trips (else that field stays in the
-JSON: the 1.4 fallbacks). On the check's small dumps: 440-510 -> 220-280 bytes.
+value (else it stays in the JSON, as in the compact header), and the writer checks that the
+whole header round-trips (else it writes kind 0). On the check's small dumps the header
+(preamble and CRC included) fell from 316-509 to 175-307 bytes
+(``benchmarks/results/small_files.md``).
 
 The reader bounds the text (``MAX_TEXT`` in all; the model's history and the work with it),
 the layer lines (a dimension at most 19 digits, no leading zeros, at most ``max_dims``), the
