@@ -341,8 +341,8 @@ def test_a_stream_layout_needs_a_version_5_table(tmp_path):
 @pytest.mark.parametrize("path", sorted((GOLDEN / "v1.4").glob("*.co3")), ids=lambda p: p.stem)
 def test_files_of_14_decode_bit_exactly(path, tmp_path):
     """The fixtures as co3cli wrote them before 1.5 (``tests/golden/v1.4``) decode to what their
-    1.5 rewrites (``tests/golden``) decode to, bit for bit, and carry the same header (the
-    default ``ctx`` model version aside: 5 in the rewrites of files made with the default)."""
+    1.5 rewrites (``tests/golden``) decode to, bit for bit, and carry the same header (those of
+    ``ctx`` model version 4 rewritten with that version: ``CTX_OLD_CASES``)."""
     from test_golden import _same_dump
 
     with open(path, "rb") as f:

@@ -89,10 +89,10 @@ class _Model:
             raise InputError(f"text model: {n} more bytes after {self.used} exceed its "
                              f"capacity of {self.capacity}")
 
-    def _run(self, mode: int, data: np.ndarray, buf: np.ndarray) -> None:
+    def _run(self, mode: int, data: np.ndarray, buf: np.ndarray) -> int:
         k = self._k
-        k.run(mode, data, data.size, self.S, self.T, self.W, self.A1, self.A2, self.MM, self.H,
-              self.MH, buf, k.SQUASH, k.STRETCH)
+        return k.run(mode, data, data.size, self.S, self.T, self.W, self.A1, self.A2, self.MM,
+                     self.H, self.MH, buf, k.SQUASH, k.STRETCH)
 
     def prime(self, text: bytes) -> None:
         """Learn ``text`` as if it had been coded, without coding it (both sides must)."""
@@ -149,8 +149,7 @@ class TextDecoder(_Model):
         except InputError as e:
             raise CorruptDataError(str(e)) from None
         out = np.zeros(n, dtype=np.uint8)
-        self._run(2, out, self._buf)
-        if int(self.S[self._k.S_POS]) > self._buf.size:
+        if self._run(2, out, self._buf):
             raise CorruptDataError("text payload: ran out of bytes")
         return out.tobytes()
 

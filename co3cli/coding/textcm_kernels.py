@@ -68,7 +68,8 @@ def apm_start() -> np.ndarray:
 def run(mode, data, n, S, T, W, A1, A2, MM, H, MH, buf, sq, st):  # pragma: no cover
     """Prime (``mode`` 0), encode (1) or decode (2) ``n`` bytes of ``data`` (decode: written
     there). ``H`` must have room for ``n`` more bytes of history and ``buf`` (encode) for
-    ``12 n`` more bytes of output: the caller checks. Returns 0."""
+    ``12 n`` more bytes of output: the caller checks. Returns 0, or 1 where the decoder ran
+    out of bytes (it stops there)."""
     low = S[S_LOW]
     rng = S[S_RNG]
     code = S[S_CODE]
@@ -160,8 +161,10 @@ def run(mode, data, n, S, T, W, A1, A2, MM, H, MH, buf, sq, st):  # pragma: no c
                     rng -= bound
                 while rng < (1 << 24):
                     if mode == 2:
-                        code = ((code << 8) | (np.int64(buf[pos]) if pos < nbuf else 0)) \
-                            & 0xFFFFFFFF
+                        if pos >= nbuf:  # a payload read past its end: corrupt, stop here
+                            S[S_POS] = nbuf + 1
+                            return 1
+                        code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
                     else:
                         if low >= 1 << 32:  # carry into the bytes written
                             low -= 1 << 32
