@@ -115,6 +115,8 @@ naming the limit, before anything big is allocated; memory stays bounded on host
 ``MAX_HEADER``         compressed header: at most 16 MiB
 ``MAX_HEADER_JSON``    inflated header JSON: at most 16 MiB (inflated incrementally, so a
                        zlib bomb is stopped at the limit)
+``hcm.MAX_TEXT``       a 1.5 header's text (layer lines, JSON, binary): at most 1 MiB, the
+                       module guess primed after the layer lines at most 256 KiB
 ``MAX_META``           one block's metadata JSON: at most 1 MiB (a group's: inflated
                        incrementally, stopped at the limit)
 ``MAX_DEPTH``          JSON nesting (header and metadata): at most 64 levels
