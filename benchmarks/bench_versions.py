@@ -6,8 +6,8 @@
 For every dump and format (fp8-e5m2, fp4-co3; absmax; the default coder and model) the bytes of
 ``co3 compress``'s file made by ``--today`` (a checkout of main) and by this checkout, in
 subprocesses (the working directory's ``PYTHONPATH`` decides which ``co3cli`` is imported),
-``SOURCE_DATE_EPOCH`` fixed, each run in its checkout's folder. With ``--time NAME``: the CPU time (user + system of the child,
-``RUSAGE_CHILDREN``) of whole ``co3 inspect`` and ``co3 decompress`` processes on that dump's
+``SOURCE_DATE_EPOCH`` fixed, each run in its checkout's folder. With ``--time NAME``: the CPU
+time (user + system of the child, ``RUSAGE_CHILDREN``) of whole ``co3 inspect`` and ``co3 decompress`` processes on that dump's
 fp8 file made by each, medians over ``--repeat`` interleaved rounds (today, new, today, ...).
 """
 
@@ -50,7 +50,8 @@ def main(argv=None) -> None:
     ap.add_argument("--md", metavar="PATH")
     args = ap.parse_args(argv)
     roots = {"today": args.today, "new": str(ROOT)}
-    lines = ["| dump | format | today bytes | new bytes | new / today |", "|---|---|---:|---:|---:|"]
+    lines = ["| dump | format | today bytes | new bytes | new / today |",
+             "|---|---|---:|---:|---:|"]
     with tempfile.TemporaryDirectory(prefix="bench-versions-") as tmp:
         files = {}
         for name, path in (d.split("=", 1) for d in args.dumps):

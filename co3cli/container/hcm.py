@@ -145,7 +145,8 @@ def _sections(h: dict):
     if lines is not None:
         del rest["layers"]
         flags |= LAYERS
-        if isinstance(src, dict) and src.get("layers") == json.dumps([x["name"] for x in h["layers"]]):
+        names = json.dumps([x["name"] for x in h["layers"]])
+        if isinstance(src, dict) and src.get("layers") == names:
             del src["layers"]
             flags |= SOURCE_LAYERS
     sb = _steps_bytes(h.get("steps"))
