@@ -5,9 +5,9 @@
 
 For every dump and format (fp8-e5m2, fp4-co3; absmax; the default coder and model) the bytes of
 ``co3 compress``'s file made by ``--today`` (a checkout of main) and by this checkout, in
-subprocesses (the working directory's ``PYTHONPATH`` decides which ``co3cli`` is imported),
-``SOURCE_DATE_EPOCH`` fixed, each run in its checkout's folder. With ``--time NAME``: the CPU
-time (user + system of the child, ``RUSAGE_CHILDREN``) of whole ``co3 inspect`` and ``co3 decompress`` processes on that dump's
+subprocesses (each run in its checkout's folder, so that checkout's ``co3cli`` is imported),
+``SOURCE_DATE_EPOCH`` fixed. With ``--time NAME``: the CPU time (user + system of the child,
+``RUSAGE_CHILDREN``) of whole ``co3 inspect`` and ``co3 decompress`` processes on that dump's
 fp8 file made by each, medians over ``--repeat`` interleaved rounds (today, new, today, ...).
 """
 
