@@ -32,7 +32,9 @@ from co3cli import segments, tables
 from co3cli.coding import get_coder, row_length
 from co3cli.container import (Co3Writer, Joined, join_config, joinable, open_co3, plan_config,
                               plan_groups, plan_units, step_context, table_field_bytes)
-from co3cli.container.gcompact import meta_field_bytes, payload_shares, stacked_bodies
+from co3cli.container.gcompact import (STACKED, STREAMS, body_members, meta_field_bytes,
+                                       payload_shares, prior_bytes, stacked_bodies,
+                                       stream_body)
 from co3cli.container.gcompact import stacks as stack_groups
 from co3cli.container.decode import (ReferenceCache, block_table, decode_block,  # noqa: F401
                                      iter_decode_block, read_co3_setup, step_tables)
@@ -200,6 +202,7 @@ class EncodedGroup:
     table: object
     members: list[EncodedLayer]  # meta: each layer's own (scale-fallback provenance, or {})
     stacks: list | None = None  # ``.co3`` 1.4: a body per stack of members (``GRC`` layout 1)
+    layout: int = STACKED  # of ``stacks``: ``STACKED``, or (1.5) one body of ``STREAMS``
 
 
 def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model="gennorm-zi",
@@ -208,7 +211,9 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     their scaled values pooled (``empirical``: their counts summed). Each layer's steps stay
     separate chunks, each decodable alone (``ctx-steps``: from its key step on); scales per
     layer and step as in :func:`encode_layer`. ``join``: every member's steps coded as one
-    chunk (a ``GRC`` block; members of one row length stacked) where that is smaller in all
+    chunk (a ``GRC`` block; members of one row length stacked, or with a table that codes
+    segments, ``ctx`` model version 5, every member in one body, with or without each one's
+    previous step in the contexts) where that is smaller in all
     (``co3cli.container.joinable``)."""
     quantized = [_quantize_layer(d, grid, scale_rule, None)[:3] for d in datas]
     counts = np.sum([c for _, _, c in quantized], axis=0, dtype=np.int64)
@@ -218,7 +223,8 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     candidates = [(coder.table_from_weights(weights), meta)]
     if model == tables.AUTO and coder.id == POOL_ALL_CODER:  # an adaptive coder's prior: the
         # pooled counts or a flat one (a table that deflates to a few bytes), the smaller
-        candidates.append((coder.table_from_weights(np.ones(grid.nsym)), {"model": "uniform"}))
+        candidates.append((coder.table_from_ints(tables.flat_freqs(grid.nsym, coder.precision)),
+                           {"model": "uniform"}))
         octaves = tables.octave_freqs(counts, coder.precision)  # the counts, cheaper to store
         if octaves is not None:
             candidates.append((coder.table_from_ints(octaves), {"model": "empirical-octaves"}))
@@ -228,28 +234,31 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     stacks = stack_groups([c for _, c in syms]) if can_join else []
     best = None
     for table, meta in candidates:
+        fields = table_field_bytes(table.to_bytes()) + meta_field_bytes(meta)
         bodies = [encode_bodies(table, sym, cols) for sym, cols in syms]
-        size, joined, stacked = sum(map(_framed, bodies)), False, None
-        if can_join:
+        options = [(sum(map(_framed, bodies)) + fields, bodies, False, None, STACKED)]
+        if can_join:  # (size, bodies, joined, shared bodies, their layout)
             whole = [[table.encode(sym.reshape(-1), cols=cols)] for sym, cols in syms]
-            if sum(map(_framed, whole)) < size:
-                bodies, size, joined = whole, sum(map(_framed, whole)), True
+            options.append((sum(map(_framed, whole)) + fields, whole, True, None, STACKED))
             if len(stacks) < len(syms):  # .co3 1.4 GRC: members of one row length in one body
-                stacked = stacked_bodies(table, syms, stacks)
-                if _framed(stacked) < size:
-                    size, joined = _framed(stacked), True
-                else:
-                    stacked = None
-        size += table_field_bytes(table.to_bytes()) + meta_field_bytes(meta)
+                sb = stacked_bodies(table, syms, stacks)
+                options.append((_framed(sb) + fields, whole, True, sb, STACKED))
+            if hasattr(table, "encode_segments") and table.model_version == 5:  # 1.5: one
+                for lay in STREAMS:  # body (its prior in fewer bytes)
+                    sb = [stream_body(table, syms, lay)]
+                    options.append((_framed(sb) + prior_bytes(meta, table.to_bytes(), lay),
+                                    whole, True, sb, lay))
+        size, bodies, joined, stacked, layout = min(options, key=lambda o: o[0])
         if best is None or size < best[0]:
-            best = (size, table, meta, bodies, joined, stacked)
-    _, table, meta, bodies, joined, stacked = best
+            best = (size, table, meta, bodies, joined, stacked, layout)
+    _, table, meta, bodies, joined, stacked, layout = best
     pay = None if stacked is None else payload_shares(
-        stacked, stacks, [sym.size for sym, _ in syms], framed=False)
+        stacked, body_members(layout, [c for _, c in syms]), [sym.size for sym, _ in syms],
+        framed=False)
     members = [EncodedLayer(_fallback_meta(infos), table, scales, b if pay is None else [b""],
                             c, joined=joined, payload_bytes=None if pay is None else pay[k])
                for k, ((_, infos, c), scales, b) in enumerate(zip(quantized, scaless, bodies))]
-    return EncodedGroup(meta, table, members, stacked)
+    return EncodedGroup(meta, table, members, stacked, layout)
 
 
 def _header(dump, grid, coder, scale_rule, model, codebook_info) -> dict:
@@ -440,7 +449,8 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
                 nbytes = writer.write_group(
                     {**enc.meta, **({"layers": per_layer} if per_layer else {})},
                     enc.table.to_bytes(),
-                    [(i, _chunks(m)) for i, m in zip(idx, enc.members)], enc.stacks)
+                    [(i, _chunks(m)) for i, m in zip(idx, enc.members)], enc.stacks,
+                    enc.layout)
                 members = enc.members
             else:
                 groups = None if enc.step_groups is None else \

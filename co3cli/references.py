@@ -2,14 +2,14 @@
 
 Layers of a dump often agree entry by entry: the streams of an FL ``transmitted.h5``
 (``raw`` g, ``corrected`` v = g + gamma e, ``decoded`` v-hat: 87-94 % of their fp4 symbols
-equal), tied or mirrored parameters.  The ``ctx`` coder's model version 5 codes a layer
+equal), tied or mirrored parameters.  The ``ctx`` coder's model version 6 codes a layer
 given the symbols of the same step of an earlier layer (``co3cli.coding.ctx``;
 ``co3cli.container.xref``)::
 
     layers (names, shapes, groups) --ReferencePlan--> per layer coded alone: its candidates
         (earlier layers coded alone of the same shape, at most MAX_CANDIDATES: the same name
         under another stream first, then the nearest), and which layers' symbols to keep
-    layer i coded as always (version 4) --> the candidate of the lowest estimated
+    layer i coded as always (version 4 or 5) --> the candidate of the lowest estimated
         conditional entropy H(i | j) (order 0, on a sample), if below TRY_RATIO x H(i)
         --> SAMPLE_STEPS steps coded given it: fewer bytes than alone? --> every step:
         fewer bytes in all (table and framing counted)? --> coded given it (an LYX block)
@@ -34,7 +34,7 @@ import numpy as np
 
 from co3cli.container.framing import table_field_bytes
 from co3cli.container.chunks import LAYER_HEAD
-from co3cli.container.xref import MAX_CHAIN, XREF_CODER, XREF_HEAD
+from co3cli.container.xref import MAX_CHAIN, XREF_CODER, XREF_FROM, XREF_HEAD
 from co3cli.varint import uvarint
 from co3cli.workers import map_rows
 
@@ -196,7 +196,7 @@ def conditional_ratio(sym: np.ndarray, ref: np.ndarray, nsym: int) -> float:
 
 def eligible(coder) -> bool:
     """Whether ``coder`` (a ``co3 compress`` coder) can code layers given others."""
-    return coder.id == XREF_CODER and getattr(coder, "model_version", None) == 4
+    return coder.id == XREF_CODER and getattr(coder, "model_version", None) in XREF_FROM
 
 
 def _framed(table, bodies) -> int:
@@ -244,7 +244,7 @@ class LayerReferences:
 
     def _trial(self, i: int, enc, cols: int, workers):
         if enc.step_groups is not None or enc.joined or \
-                getattr(enc.table, "model_version", None) != 4 or \
+                getattr(enc.table, "model_version", None) not in XREF_FROM or \
                 not hasattr(enc.table, "with_reference"):
             return None
         best = None

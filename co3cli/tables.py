@@ -167,3 +167,13 @@ def octave_freqs(counts, precision: int) -> np.ndarray | None:
     top = int(np.argmax(c))
     freqs[top] += (1 << precision) - int(freqs.sum())
     return freqs if freqs[top] > 0 else None
+
+
+def flat_freqs(nsym: int, precision: int) -> np.ndarray:
+    """The flat prior in integers: ``2**precision // nsym`` each, the first
+    ``2**precision % nsym`` symbols one more (an adaptive coder's start where the counts
+    cost more than they save; ``.co3`` 1.5 stores it as its size alone)."""
+    base, extra = divmod(1 << precision, nsym)
+    f = np.full(nsym, base, dtype=np.int64)
+    f[:extra] += 1
+    return f

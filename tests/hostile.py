@@ -308,7 +308,7 @@ def xref_block(index: int, source: int, meta_raw: bytes, table: bytes, chunks) -
 
 def xref_parts(steps: int = 2, seed: int = 0):
     """``base(coder_id="ctx")``'s two layers, and the parts of a third (8, 16) layer close to
-    the first, coded given it (a ``ctx`` model version 5 table): (header, parts, third, the
+    the first, coded given it (a ``ctx`` model version 6 table): (header, parts, third, the
     third's chunks coded given itself)."""
     from co3cli.codec import encode_layer
     from co3cli.coding import get_coder
@@ -336,7 +336,7 @@ def build_xref(index: int = 2, source: int = 0, *, shape=(8, 16), coder: str = "
     ``shape``) an ``LYX`` block given ``source``; ``same``: layer 1 an (8, 16) ``LYE``
     reference to layer 0; ``table``: layer 2's table instead (``"v4"``: its prior as a
     version 4 table, which takes no reference); ``plain``: layer 2 an ``LYR``
-    block (with its version 5 table); ``chain``: that many more ``LYX`` layers after it,
+    block (with its version 6 table); ``chain``: that many more ``LYX`` layers after it,
     each given the one before (and equal to it); ``coder``: the header's coder id."""
     h, parts, third, again = xref_parts()
     lays = h["layers"] + [{"name": f"fc{k}.weight", "shape": list(shape),
@@ -369,7 +369,7 @@ XREF_LIES = {  # name -> (build_xref kwargs, what the reader says)
     "chain": ({"chain": 4}, "a chain of more than 4"),
     "coder": ({"coder": "ans"}, "whose coder is 'ans'"),
     "table_v4": ({"table": "v4"}, "takes no reference"),
-    "plain_v5": ({"plain": True}, "block that names none"),
+    "plain_reference_table": ({"plain": True}, "block that names none"),
 }
 
 
@@ -392,9 +392,207 @@ def xref_corpus() -> dict[str, bytes]:
     return files
 
 
+# ----------------------------------------------------------------- .co3 1.5
+
+
+def honest15(coder: str = "ctx", seed: int = 0) -> bytes:
+    """A small 1.5 file from the writer: ``ctx``: ten biases and a (8, 16) matrix in one
+    ``GRC`` block coded as one stream; ``ans``: the biases in a group, the matrix alone."""
+    import tempfile
+
+    from co3cli.codec import compress
+    from co3cli.dump import write_dump
+
+    import os
+
+    rng = np.random.default_rng(seed)
+    layers = {f"l{i}.bias": ((rng.standard_normal((3, 16)) * 1e-3).astype(np.float32), (16,))
+              for i in range(10)}
+    os.environ["SOURCE_DATE_EPOCH"] = "1767225600"  # the same bytes each time
+    layers["fc.weight"] = ((rng.standard_normal((3, 1200)) * 1e-3).astype(np.float32), (30, 40))
+    with tempfile.TemporaryDirectory() as tmp:
+        write_dump(f"{tmp}/d.h5", layers, steps=np.arange(3), loss=[2.5, 2.0, 1.5],
+                   attrs={"task": "hostile", "created": "2026-01-01T00:00:00+00:00"})
+        compress(f"{tmp}/d.h5", f"{tmp}/d.co3", coder=coder, threads=1)
+        return Path(f"{tmp}/d.co3").read_bytes()
+
+
+def split15(data: bytes):
+    """(header bytes, the blocks' bytes each, each layer's block) of a 1.5 file."""
+    from co3cli.container import open_co3
+
+    hlen = struct.unpack_from("<I", data, 12)[0]
+    import io
+
+    c = open_co3(io.BytesIO(data))
+    starts = sorted(set(c.offsets))
+    ends = starts[1:] + [c._end]
+    return (data[16:16 + hlen], [data[a:b] for a, b in zip(starts, ends)],
+            [starts.index(o) for o in c.offsets])
+
+
+def text_header(flags: int, lines: bytes, js: bytes, binary: bytes, *, lens=None,
+                kind: int = 1) -> bytes:
+    """A 1.5 header (kind byte, then the text model's payload) of the given sections, each
+    length as given in ``lens`` (may lie)."""
+    from co3cli.coding.textcm import TextEncoder
+    from co3cli.container.hcm import _guess, _guess_cap
+    from co3cli.container.hprime import PRIME
+
+    lens = lens or (len(lines), len(js), len(binary))
+    try:  # (lines the reader refuses: it stops before the guess)
+        layers = [(ln.rpartition(" ")[0], [int(d) for d in ln.rpartition(" ")[2].split(",") if d])
+                  for ln in lines.decode().split("\n")[:-1]]
+    except ValueError:
+        layers = []
+    enc = TextEncoder(len(PRIME) + (1 << 22))
+    enc.prime(PRIME)
+    enc.encode(bytes([flags]) + uvarint(lens[0]) + lines)
+    enc.prime(_guess(layers)[:_guess_cap(len(lines))])
+    enc.encode(uvarint(lens[1]) + js + uvarint(lens[2]) + binary)
+    return bytes([kind]) + enc.finish()
+
+
+def trailer15(sizes, index, width=None, pad=b"", tlen_delta: int = 0) -> bytes:
+    """``"E" | nblocks | sizes | map | tlen`` (without the CRC): ``index`` each layer's block;
+    ``width`` bits each (default: what the count needs), ``pad`` appended; lengths may lie."""
+    width = (len(sizes) - 1).bit_length() if width is None else width
+    bits = "".join(format(k, f"0{width}b") if width else "" for k in index)
+    bits += "0" * (-len(bits) % 8)
+    body = (b"E" + uvarint(len(sizes)) + b"".join(uvarint(n) for n in sizes)
+            + (int(bits, 2).to_bytes(len(bits) // 8, "big") if bits else b"") + pad)
+    return body + uvarint(len(body) + tlen_delta)[::-1]
+
+
+def assemble15(header: bytes, blocks: list[bytes], index: list[int], *, minor: int = 5,
+               trailer: bytes | None = None) -> bytes:
+    """preamble (version 1.``minor``) + header + its CRC + blocks + trailer + file CRC."""
+    pre = MAGIC + struct.pack("<HHI", 1, minor, len(header))
+    out = pre + header + struct.pack("<I", zlib.crc32(pre + header)) + b"".join(blocks)
+    out += trailer15([len(b) for b in blocks], index) if trailer is None else trailer
+    return out + struct.pack("<I", zlib.crc32(out)) + END_MAGIC
+
+
+def assemble14(data15: bytes, blocks: list[bytes], index: list[int]) -> bytes:
+    """The blocks of a 1.5 file under the 1.4 header and trailer of its header object."""
+    import io
+
+    from co3cli.container import open_co3
+    from co3cli.container.hcompact import pack_header
+    from co3cli.container.hdict import deflate
+
+    header = deflate(pack_header(open_co3(io.BytesIO(data15)).header))
+    pre = MAGIC + struct.pack("<HHI", 1, 4, len(header))
+    out = pre + header + struct.pack("<I", zlib.crc32(pre + header))
+    starts = []
+    for b in blocks:
+        starts.append(len(out))
+        out += b
+    offs = [starts[k] for k in index]
+    deltas = [b - a for a, b in zip([0] + offs, offs)]
+    tr = b"END\0" + struct.pack("<I", len(offs)) + b"".join(
+        uvarint(2 * d if d >= 0 else -2 * d - 1) for d in deltas)
+    out += tr + struct.pack("<I", len(tr))
+    return out + struct.pack("<I", zlib.crc32(out)) + END_MAGIC
+
+
+def grc15(block: bytes, edit) -> bytes:
+    """A ``GRC`` block with ``edit(bytes up to its CRC)`` applied and its CRC anew."""
+    b = edit(block[:-4])
+    return b + struct.pack("<I", zlib.crc32(b))
+
+
+def _header_sections(data: bytes):
+    from co3cli.container import open_co3
+    from co3cli.container.hcm import _sections
+
+    import io
+
+    return _sections(open_co3(io.BytesIO(data)).header)
+
+
+def v15_corpus() -> dict[str, bytes]:
+    """Hostile 1.5 files (text-model header, block sizes in the trailer, ``GRC`` streams),
+    each refused by every reader; the values: what the reader says (``V15_SAYS``)."""
+    from co3cli.container.hcm import CONFIG, CREATED, LAYERS, SOURCE_LAYERS, STEPS
+
+    ok = honest15()
+    head, blocks, index = split15(ok)
+    flags, lines, _, js, binary = _header_sections(ok)
+    files = {}
+
+    def with_header(h):
+        return assemble15(h, blocks, index)
+
+    files["v15_header_kind.co3"] = with_header(b"\x07" + head[1:])
+    files["v15_header_cut.co3"] = with_header(head[:-3])
+    files["v15_header_extended.co3"] = with_header(head + b"\0\0")
+    files["v15_section_huge.co3"] = with_header(text_header(flags, lines, js, binary,
+                                                            lens=(len(lines), 1 << 30, 0)))
+    files["v15_flags.co3"] = with_header(text_header(SOURCE_LAYERS, b"", js, b""))
+    files["v15_moved_twice.co3"] = with_header(text_header(
+        flags, lines, js[:-1] + b',"steps":[0,1,2]}', binary))
+    files["v15_layer_dims.co3"] = with_header(text_header(
+        flags, lines.replace(b" 16\n", b" 016\n", 1), js, binary))
+    files["v15_layer_noshape.co3"] = with_header(text_header(flags, b"x\n" + lines, js, binary))
+    many = b"x " + b",".join([b"1"] * 40) + b"\n"
+    files["v15_layer_many_dims.co3"] = with_header(text_header(flags, many + lines, js, binary))
+    from co3cli.container.hcm import _seconds, _zz
+
+    h = json.loads(js)
+    assert flags & CREATED and "created" not in h
+    import io
+
+    from co3cli.container import open_co3
+
+    full = open_co3(io.BytesIO(ok)).header
+    t0, t1 = _seconds(full["created"]), _seconds(full["source"]["created"])
+    tail = _zz(t0) + _zz(t1 - t0)
+    assert binary.endswith(tail)
+    files["v15_created.co3"] = with_header(text_header(
+        flags, lines, js, binary[:-len(tail)] + _zz(10**13) + _zz(0)))
+    files["v15_config.co3"] = with_header(text_header(
+        flags | CONFIG, lines, js[:-2] + b',"config":1}}', binary))
+    assert flags & LAYERS and flags & STEPS
+    n = len(index)
+    files["v15_trailer_blocks.co3"] = assemble15(head, blocks, index, trailer=trailer15(
+        [len(blocks[0])] * (n + 1), [0] * n))
+    files["v15_trailer_sizes.co3"] = assemble15(head, blocks, index, trailer=trailer15(
+        [len(blocks[0]) + 1], [0] * n))
+    files["v15_trailer_map.co3"] = assemble15(head, blocks, index, trailer=trailer15(
+        [len(blocks[0]) - 1, 1], [1] * n))
+    files["v15_trailer_pad.co3"] = assemble15(head, blocks, index, trailer=trailer15(
+        [len(blocks[0])], [0] * n, pad=b"\x01"))
+    files["v15_trailer_tlen.co3"] = assemble15(head, blocks, index, trailer=trailer15(
+        [len(blocks[0])], [0] * n, tlen_delta=1 << 20))
+    grc = blocks[0]
+    layout_at = 4 + len(uvarint(n))
+    files["v15_stream_in_14.co3"] = assemble14(ok, blocks, index)
+    files["v15_prior_kind.co3"] = assemble15(head, [grc15(grc, lambda b: b[:layout_at + 1]
+                                                         + b"\x09" + b[layout_at + 2:])], index)
+    files["v15_layout.co3"] = assemble15(head, [grc15(grc, lambda b: b[:layout_at] + b"\x07"
+                                                      + b[layout_at + 1:])], index)
+    files["v15_stream_v4_table.co3"] = assemble15(head, [grc15(grc, lambda b: b[:layout_at + 2]
+                                                               + b"\x04" + b[layout_at + 3:])],
+                                                  index)
+    return files
+
+
+V15_SAYS = {"v15_header_kind.co3": "unknown header kind", "v15_header_cut.co3": "text payload",
+            "v15_header_extended.co3": "text payload", "v15_section_huge.co3": "a section of",
+            "v15_flags.co3": "bad flags", "v15_moved_twice.co3": "both in the JSON and moved",
+            "v15_layer_dims.co3": "bad dimension", "v15_layer_noshape.co3": "has no shape",
+            "v15_layer_many_dims.co3": "dimensions", "v15_created.co3": "timestamp",
+            "v15_config.co3": "config is not an object", "v15_trailer_blocks.co3": "blocks for",
+            "v15_trailer_sizes.co3": "do not add up", "v15_trailer_map.co3": "layer index",
+            "v15_trailer_pad.co3": "trailer", "v15_trailer_tlen.co3": "trailer is corrupt",
+            "v15_stream_in_14.co3": "needs 1.5", "v15_prior_kind.co3": "bad prior kind",
+            "v15_layout.co3": "bad group layout", "v15_stream_v4_table.co3": "model version 5"}
+
+
 if __name__ == "__main__":
     CORPUS.mkdir(exist_ok=True)
     for name, data in {**corpus(), **group_corpus(), **steps_corpus(), **same_corpus(),
-                       **xref_corpus()}.items():
+                       **xref_corpus(), **v15_corpus()}.items():
         (CORPUS / name).write_bytes(data)
         print(f"{name}: {len(data)} bytes")

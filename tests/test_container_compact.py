@@ -21,6 +21,8 @@ from test_golden import _same_dump
 from test_small_layers import bn_layers
 
 GOLDEN_OLD = Path(__file__).resolve().parent / "golden" / "v1.2"
+V14 = Path(__file__).resolve().parent / "golden" / "v1.4" / "fp8-ans.co3"  # a file of 1.3's
+# header and trailer layout (1.5's: tests/test_container_v15.py)
 
 
 def small_layers(rng, steps=5):
@@ -173,26 +175,23 @@ def _fix_crcs(data: bytearray) -> bytes:
     return bytes(data)
 
 
-def test_a_13_file_claiming_an_older_version_is_refused(tiny_dump, tmp_path):
-    compress(tiny_dump, tmp_path / "x.co3", threads=1)
-    data = bytearray((tmp_path / "x.co3").read_bytes())
+def test_a_13_file_claiming_an_older_version_is_refused():
+    data = bytearray(V14.read_bytes())
     for minor in (0, 1, 2):
         data[10:12] = struct.pack("<H", minor)
         with pytest.raises(CorruptDataError, match="preset dictionary"):
             open_co3(io.BytesIO(_fix_crcs(data)))
 
 
-def test_an_unknown_header_dictionary_is_refused(tiny_dump, tmp_path):
-    compress(tiny_dump, tmp_path / "x.co3", threads=1)
-    data = bytearray((tmp_path / "x.co3").read_bytes())
+def test_an_unknown_header_dictionary_is_refused():
+    data = bytearray(V14.read_bytes())
     data[18:22] = b"\x12\x34\x56\x78"  # the zlib stream's DICTID
     with pytest.raises(CorruptDataError, match="unknown preset dictionary"):
         open_co3(io.BytesIO(_fix_crcs(data)))
 
 
-def test_corrupt_varint_offsets_are_refused(tiny_dump, tmp_path):
-    compress(tiny_dump, tmp_path / "x.co3", threads=1)
-    good = (tmp_path / "x.co3").read_bytes()
+def test_corrupt_varint_offsets_are_refused():
+    good = V14.read_bytes()
     tlen = struct.unpack_from("<I", good, len(good) - 15)[0]
     start = len(good) - 15 - tlen
     for k in range(start + 8, len(good) - 15):  # each offset byte, CRCs fixed

@@ -297,7 +297,7 @@ def test_real_gradients_round_trip_and_exact_consumption(fmt):
 def test_table_bytes_round_trip(config, nsym):
     coder = get_coder("ctx", **config)
     assert coder_from_config(coder.config()).config() == coder.config() == {
-        "id": "ctx", **config, "model_version": 4}
+        "id": "ctx", **config, "model_version": 5}
     table = coder.table_from_weights(gennorm_weights(nsym))
     data = table.to_bytes()
     back = coder.table_from_bytes(data, nsym)
@@ -355,7 +355,7 @@ def test_model_versions_decode_their_own_payloads(rng):
             np.testing.assert_array_equal(back.decode(blob, sym.size, cols=cols), sym)
     assert get_coder("ctx", model_version=1).config() == {"id": "ctx", "precision": 16,
                                                           "limit": 60}
-    for bad in (0, 2, 5, "x", 1.5, True):
+    for bad in (0, 2, 6, "x", 1.5, True):
         with pytest.raises(InputError, match="model_version"):
             get_coder("ctx", model_version=bad)
     with pytest.raises(InputError, match="model_version"):
@@ -401,7 +401,7 @@ def test_bad_inputs(rng):
 
 def test_registry_and_expected_bits():
     assert CODERS.get("ctx") is CtxCoder
-    assert CtxCoder.PARAMS == {"precision": 16, "limit": 60, "model_version": 4}
+    assert CtxCoder.PARAMS == {"precision": 16, "limit": 60, "model_version": 5}
     table = get_coder("ctx").table_from_weights(gennorm_weights(247))
     lengths = table.code_lengths()
     assert np.all(lengths > 0)
@@ -467,7 +467,7 @@ def test_match_model_ring_sizes_round_trip(rng, rows, cols, nsym, version):
                 table.decode(bad, n, cols=cols)
 
 
-@pytest.mark.parametrize("version", [1, 3, 4])
+@pytest.mark.parametrize("version", [1, 3, 4, 5])
 def test_config_round_trip_keeps_the_model_version(version):
     """``config()`` leaves version 1 out (files from before version 3 carry no such key); a
     config without it means version 1, so ``from_config`` rebuilds the same coder (a
@@ -478,7 +478,7 @@ def test_config_round_trip_keeps_the_model_version(version):
     back = CODERS.from_config(c.config())
     assert back.config() == c.config() and back.model_version == version
     assert back.table_from_weights(np.ones(7)).model_version == version
-    assert CODERS.build("ctx").model_version == 4  # what is written now
+    assert CODERS.build("ctx").model_version == 5  # what is written now
 
 
 # ---------------------------------------------------------------------------------------
@@ -492,7 +492,7 @@ def test_version4_round_trips_and_refuses_version3_payloads(rng):
     sym = structured(rng, rows, cols, nsym)
     w = gennorm_weights(nsym)
     v3 = get_coder("ctx", model_version=3).table_from_weights(w)
-    v4 = get_coder("ctx").table_from_weights(w)
+    v4 = get_coder("ctx", model_version=4).table_from_weights(w)
     assert (v3.model_version, v4.model_version, v4.to_bytes()[0]) == (3, 4, 4)
     b3, b4 = round_trip(v3, sym, cols), round_trip(v4, sym, cols)
     assert b3 != b4

@@ -178,7 +178,7 @@ def test_coder_config_and_tables():
     table = coder.table_from_weights(np.ones(15))
     data = table.to_bytes()
     assert data[0] == 2 and coder.table_from_bytes(data, 15).key_every == 4
-    with pytest.raises(CorruptDataError, match="model version 4"):  # a ctx table
+    with pytest.raises(CorruptDataError, match="model version 5"):  # a ctx table
         coder.table_from_bytes(get_coder("ctx", limit=30).table_from_weights(np.ones(15)).to_bytes(), 15)
     with pytest.raises(CorruptDataError, match="model version 2"):
         get_coder("ctx", limit=30).table_from_bytes(data, 15)
@@ -212,15 +212,15 @@ def test_compress_round_trip_version_and_threads(tmp_path, capsys, monkeypatch):
             out[coder, threads] = dst.read_bytes()
         decompress(tmp_path / f"{coder}-2.co3", tmp_path / f"{coder}.h5", threads=2)
     assert out["ctx", 1] == out["ctx", 2] and out["ctx-steps", 1] == out["ctx-steps", 2]
-    assert out["ctx", 1][8:12] == b"\x01\x00\x04\x00"  # 1.4 (every file now)
-    assert out["ctx-steps", 1][8:12] == b"\x01\x00\x04\x00"  # 1.4 (context across steps: >= 1.2)
+    assert out["ctx", 1][8:12] == b"\x01\x00\x05\x00"  # 1.5 (every file now)
+    assert out["ctx-steps", 1][8:12] == b"\x01\x00\x05\x00"  # 1.5 (context across steps: >= 1.2)
     with open(tmp_path / "ctx-steps-1.co3", "rb") as f:
         assert open_co3(f).header["coder"]["key_every"] == 3
     with Dump.open(tmp_path / "ctx.h5") as a, Dump.open(tmp_path / "ctx-steps.h5") as b:
         for name in a.layers:
             assert np.array_equal(a.read_layer(name).view(np.uint32), b.read_layer(name).view(np.uint32))
     code, o, e = run_cli("inspect", tmp_path / "ctx-steps-1.co3", "--decode", capsys=capsys)
-    assert code == 0 and "v1.4" in o, e
+    assert code == 0 and "v1.5" in o, e
 
 
 def test_cli_key_every(tmp_path, capsys):
@@ -398,7 +398,7 @@ def test_group_blocks_with_ctx_steps(tmp_path, monkeypatch):
         decompress(tmp_path / f"{coder}.co3", tmp_path / f"{coder}.h5")
     with open(tmp_path / "ctx-steps.co3", "rb") as f:
         co3 = open_co3(f)
-        assert co3.version == (1, 4) and {b.group for b in co3.layers()} == {0}
+        assert co3.version == (1, 5) and {b.group for b in co3.layers()} == {0}
     with Dump.open(tmp_path / "ctx.h5") as a, Dump.open(tmp_path / "ctx-steps.h5") as b:
         for name in a.layers:
             assert np.array_equal(a.read_layer(name).view(np.uint32), b.read_layer(name).view(np.uint32))

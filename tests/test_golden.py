@@ -2,10 +2,12 @@
 still compress to the same bytes (``SOURCE_DATE_EPOCH`` fixes the one timestamp).
 
 The fixtures in ``tests/golden/`` were made by co3cli 0.1.0 with ``tests/golden/make_golden.py``
-(``GROUP_CASES``: small layers pooled into group blocks), rewritten in the ``.co3`` 1.4 layout;
-the earlier ones are in ``tests/golden/v1.2/`` (1.0-1.2, ``tests/test_container_compact.py``) and
-``tests/golden/v1.3/`` (``tests/test_container_v14.py``).
-``CTX3_CASES`` by co3cli 0.2 (``ctx`` model version 3), ``CTX4_CASES`` with version 4.
+(``GROUP_CASES``: small layers pooled into group blocks), rewritten in the ``.co3`` 1.5 layout;
+the earlier ones are in ``tests/golden/v1.2/`` (1.0-1.2, ``tests/test_container_compact.py``),
+``tests/golden/v1.3/`` (``tests/test_container_v14.py``) and ``tests/golden/v1.4/``
+(``tests/test_container_v15.py``).
+``CTX3_CASES`` by co3cli 0.2 (``ctx`` model version 3), ``CTX4_CASES`` with version 4,
+``CTX5_CASES`` with version 5 (the default).
 ``CTX_OLD_CASES`` were written with an earlier ``ctx`` model version, the default then: they
 are rebuilt with that ``model_version``.
 """
@@ -17,10 +19,10 @@ import json
 import numpy as np
 import pytest
 
-from golden.make_golden import (BOOK, CASES, CTX3_CASES, CTX4_CASES, CTX_OLD_CASES, EPOCH,
-                                GROUP_CASES, GROUP_SOURCE, HERE, compress_v1)
+from golden.make_golden import (BOOK, CASES, CTX3_CASES, CTX4_CASES, CTX5_CASES, CTX_OLD_CASES,
+                                EPOCH, GROUP_CASES, GROUP_SOURCE, HERE, compress_v1)
 
-ALL_CASES = {**CASES, **CTX3_CASES, **CTX4_CASES}
+ALL_CASES = {**CASES, **CTX3_CASES, **CTX4_CASES, **CTX5_CASES}
 
 VOLATILE = ("co3cli_version", "created")  # what a newer version may write differently
 

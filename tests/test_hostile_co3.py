@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # lies only a decoder (or the report's model fit) can see: plain inspect passes them
 DECODE_ONLY = {"short_bodies.co3": 1, "spliced_layers.co3": 1, "bad_meta_fit.co3": 3,
-               "group_short_bodies.co3": 1}
+               "group_short_bodies.co3": 1, "v15_stream_v4_table.co3": 1}
 
 
 def refused_everywhere(path, tmp_path, capsys):
@@ -71,6 +71,25 @@ def test_group_corpus_says_what_is_wrong():
     for name, msg in expect.items():
         with pytest.raises(Co3Error, match=msg):
             list(open_co3(io.BytesIO((CORPUS / name).read_bytes())).layers())
+
+
+def test_v15_corpus_says_what_is_wrong():
+    """``.co3`` 1.5 (the text-model header, block sizes in the trailer, groups as one stream):
+    each lie named in one line."""
+    import io
+
+    from co3cli.codec import decode_values
+    from co3cli.container import open_co3
+    from co3cli.container.decode import read_co3_setup
+    from hostile import V15_SAYS
+
+    for name, msg in V15_SAYS.items():
+        with pytest.raises(Co3Error, match=msg):
+            c = open_co3(io.BytesIO((CORPUS / name).read_bytes()))
+            grid, coder = read_co3_setup(c.header)
+            for b in c.layers():
+                lay = c.header["layers"][b.index]
+                decode_values(b, grid, coder, lay["numel"], lay["shape"])
 
 
 def test_header_bomb_refused(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Layers coded given another layer: ``ctx`` model version 5 (bit-exact round trips against a
+"""Layers coded given another layer: ``ctx`` model version 6 (bit-exact round trips against a
 reference, exact consumption, argument checks), ``.co3`` ``LYX`` blocks (every decoder path,
 the writer's checks, hostile files) and ``co3 compress``'s choice (what is coded given what,
 the same bytes for any thread count, the plan's bounds), goldens and an FL dump end to end."""
@@ -105,7 +105,7 @@ def test_version5_arguments_are_checked():
     nsym = get_grid("fp8-e5m2").nsym
     sym, ref = pair(nsym, n=500)
     t4, t5 = tables(nsym, sym)
-    assert t5.model_version == 5 and t5.takes_reference and not t4.takes_reference
+    assert t5.model_version == 6 and t5.takes_reference and not t4.takes_reference
     with pytest.raises(InputError, match="pass ref"):
         t5.encode(sym, cols=10)
     with pytest.raises(InputError, match="codes no reference"):
@@ -121,9 +121,9 @@ def test_version5_arguments_are_checked():
     with pytest.raises(InputError, match="version 4"):
         get_coder("ctx-steps").table_from_weights(np.ones(nsym)).with_reference()
     with pytest.raises(InputError, match="model_version"):
-        get_coder("ctx", model_version=5)  # a config never names it
+        get_coder("ctx", model_version=6)  # a config never names it
     back = get_coder("ctx").table_from_bytes(t5.to_bytes(), nsym)
-    assert back.model_version == 5 and t5.to_bytes()[0] == 5
+    assert back.model_version == 6 and t5.to_bytes()[0] == 6
     assert back.encode(sym, cols=10, ref=ref) == t5.encode(sym, cols=10, ref=ref)
 
 

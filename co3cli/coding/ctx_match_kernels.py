@@ -41,7 +41,19 @@ count ``mpar[3]``; the magnitude contexts split the prediction into ``mpar[5]`` 
 (version 3: ``NB``).  Integers only.  Against version 3: ``benchmarks/bench_ctx4.py``,
 ``benchmarks/results/ctx4.md``.
 
-**Version 5** (``encode_kernel5`` / ``decode_kernel5``: version 4's function with ``xr``
+**Version 5** (``encode_kernel5`` / ``decode_kernel5``) is version 4 over *segments*: the
+symbols are consecutive parts (entries, row length, lag), coded as one sequence (one final
+state; the adaptive probabilities carry through); where the row length changes, the rows,
+the column estimates, the match ring and the column sign memory restart.  An entry at least
+``lag`` entries into its segment has a *previous step* (the entry ``lag`` before it: a
+``.co3`` group member's steps are further rows, ``lag`` its ``numel``): its sign class (none,
++, -) is one more dimension of the sign contexts and their parents (x 3), and its class
+(zero, below, above the prediction) replaces the matched row's in the zero-flag and
+magnitude contexts, and a nonzero one moves the prediction ``P`` towards its magnitude by a
+weight in [0, 1] refitted by least squares after every row (as the left neighbour's).  A
+single segment without lag codes exactly version 4's bits.
+
+**Version 6** (``encode_kernel6`` / ``decode_kernel6``: version 4's function with ``xr``
 set) codes a tensor given a reference symbol array (model: ``co3cli/coding/ctx.py``).
 """
 
@@ -50,9 +62,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from co3cli.coding.ctx_kernels import (FP, N0, NB, NCONF, NZCTX, NZP, NZPARENT, PMIN,
-                                       PROB_ONE, ROW_CAP, COL_CAP, TOP, ZCAP, ZRUN, _adapt,
-                                       _code)
+from co3cli.coding.ctx_kernels import (FP, N0, NB, NCONF, NZCTX, NZP, NZPARENT, PROB_ONE,
+                                       ROW_CAP, COL_CAP, TOP, ZCAP, ZRUN, _adapt, _code)
+from co3cli.coding.ctx_prior_kernels import _posterior_init, _posterior_tables
 
 MR = 32
 """Earlier rows the match model keeps (ring slots)."""
@@ -65,61 +77,20 @@ NSCTX2 = 3 * 3 * 3 * 4 * 3 * 5
 NSPARENT = 3 * 3 * 3
 """Their parents (left sign, up sign class, matched sign), always updated."""
 XPAR = 7
-"""Version 5's parameters start at ``mpar[XPAR]``: the reference means' count cap, the
+"""Version 6's parameters start at ``mpar[XPAR]``: the reference means' count cap, the
 magnitude contexts' steps per index, the zero flag's classes of the reference's magnitude."""
 
 
-@njit(cache=True, nogil=True)
-def _posterior_tables(child, nint, mmax, mpar):  # pragma: no cover - compiled
-    """Leaf ranges ``lo..hi`` of every tree node (its left subtree ends at ``mid``) and the
-    distance weights ``G[conf, d]`` (``2**16`` at distance 0 in predictor units, times
-    ``mpar[conf] / 2**16`` per unit, never below ``mpar[4]``): integers only."""
-    nlo = np.ones(nint, dtype=np.int64)
-    nmid = np.ones(nint, dtype=np.int64)
-    nhi = np.ones(nint, dtype=np.int64)
-    if mmax >= 2:
-        for node in range(nint - 1, -1, -1):   # nodes are numbered parents first
-            c0 = child[2 * node]
-            c1 = child[2 * node + 1]
-            nlo[node] = -c0 if c0 < 0 else nlo[c0]
-            nmid[node] = -c0 if c0 < 0 else nhi[c0]
-            nhi[node] = -c1 if c1 < 0 else nhi[c1]
-    gl = (mmax + 2) << FP
-    G = np.zeros((NCONF, gl), dtype=np.int64)
-    for cf in range(NCONF):
-        g = np.int64(PROB_ONE)
-        for x in range(gl):
-            G[cf, x] = g
-            g = max((g * mpar[cf]) >> 16, mpar[4])
-    return nlo, nmid, nhi, G
-
-
 @njit(cache=True, nogil=True, inline="always")
-def _posterior_init(PR, mb, mc, nint, mmax, pscale, nbk, mzm, wm, G, cum, nlo, nmid,
-                    nhi, count):  # pragma: no cover - compiled
-    """Version 4: magnitude context ``mc`` (bucket ``mc // NCONF`` of the prediction,
-    confidence ``mc % NCONF``) starts at the tree's split ratios of the prior weights
-    ``wm`` times ``G[conf, |16 m - centre|]`` (the bucket's centre): the prior given
-    that the magnitude is near the prediction; ``count`` its initial count."""
-    cf = (mc // mzm) % NCONF
-    cb = ((2 * (mc // (mzm * NCONF)) + 1) * pscale) // (2 * nbk)
-    for k in range(1, mmax + 1):
-        cum[k] = cum[k - 1] + ((wm[k - 1] * G[cf, abs((k << FP) - cb)]) >> 8) + 1
-    for k in range(nint):
-        tot = cum[nhi[k]] - cum[nlo[k] - 1]
-        wr = cum[nhi[k]] - cum[nmid[k]]
-        pk = min(max((2 * wr * PROB_ONE + tot) // (2 * tot), PMIN), PROB_ONE - PMIN)
-        PR[mb + k] = (pk << 8) | count
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
-            path_node, limit, recip, wm, mpar, v4, ref, xr):  # pragma: no cover - compiled
+def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit, path_node,
+            limit, recip, wm, mpar, v4, seg, v5, ref, xr):  # pragma: no cover - compiled
     """Version 3 (module docstring): ``ctx_kernels._run_fast`` plus the match model and
     the column sign memory in the zero-flag and sign contexts; ``v4`` (a constant of each
     kernel): version 4, whose magnitude contexts start from ``_posterior_init``
-    (``wm``, ``mpar``: its arguments); ``xr`` (a constant, with ``v4``): version 5, coded
-    given the reference symbols ``ref`` (``sym``'s size)."""
+    (``wm``, ``mpar``: its arguments). ``seg``: (entries, row length, lag) per segment
+    (versions 3 and 4: one, lag 0); ``v5``: version 5, the previous step's sign (``lag``
+    entries back in the segment) in the sign contexts; ``xr`` (with ``v4``, one segment):
+    version 6, coded given the reference symbols ``ref`` (``sym``'s size)."""
     n = sym.size
     nbuf = buf.size
     low = 0
@@ -150,55 +121,53 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
         nlo = nmid = nhi = np.ones(1, dtype=np.int64)
         G = np.zeros((1, 1), dtype=np.int64)
     cum = np.zeros(mmax + 1 if v4 else 1, dtype=np.int64)
-    nrc = 1 + mpar[XPAR + 2] if xr else 1   # the reference's classes in the zero flag's
-    nsx = 3 if xr else 1                     # and its signs in the sign's contexts
+    nrc = 1 + mpar[XPAR + 2] if xr else 1   # version 6: the reference's classes in the zero
+    nsx = 3 if xr else 1                     # flag's and its signs in the sign's contexts
     sbase = NZCTX * 4 * nrc
-    mbase = sbase + NSCTX2 * nsx
+    npp = 3 if v5 else 1   # version 5: the previous step's sign (none, +, -)
+    mbase = sbase + NSCTX2 * npp * nsx
     nbk = mpar[5] if v4 else NB   # buckets of the prediction in the magnitude contexts
     mzm = mpar[6] if v4 else 1    # 4: the matched entry's class enters them too
     nmctx = nbk * NCONF * mzm
     xres = mpar[XPAR + 1] if xr else 1
     nmx = (mmax + 1) * xres * mzm if xr else 0   # magnitude contexts of the reference's
     PR = np.zeros(mbase + (nmctx + nmx) * nint, dtype=np.int32)
-    sparent = np.full(NSPARENT * nsx, (ps0 << 8) | N0, dtype=np.int64)
+    sparent = np.full(NSPARENT * npp * nsx, (ps0 << 8) | N0, dtype=np.int64)
     zparent = np.full(NZPARENT * nrc, (pz0 << 8) | N0, dtype=np.int64)
     minit = np.zeros(nmctx + nmx, dtype=np.bool_)
-    # version 5: per reference magnitude, the mean of 16 m where both are nonzero
+    # version 6: per reference magnitude, the mean of 16 m where both are nonzero
     xcap = mpar[XPAR] if xr else 1
     xest = np.arange(mmax + 1 if xr else 1, dtype=np.int64) << FP
     xcnt = np.zeros(mmax + 1 if xr else 1, dtype=np.int64)
-    col_est = np.zeros(cols, dtype=np.int64)
-    csum = np.zeros(cols, dtype=np.int64)   # column sign memory
+    maxc = 1
+    for k in range(seg.shape[0]):
+        maxc = max(maxc, seg[k, 1])
+    col_est = np.zeros(maxc, dtype=np.int64)
+    csum = np.zeros(maxc, dtype=np.int64)   # column sign memory
     sagree = 0                               # this row's votes against it
     sdiff = 0
     # match model: per (column, slot) the sign (+1, -1, 0) and class (0 absent, 1 zero,
     # 2 below, 3 above the prediction) of an earlier row's entry; scores per slot
     # (a one-row tensor has no earlier rows: no ring; the loops over MR slots have a
     # compile-time trip count, slots of rows that do not exist stay 0 and never match)
-    has_ring = n > cols
+    has_ring = False
     mr2 = 2 * MR
     # [j * 2 MR + slot]: sign, [j * 2 MR + MR + slot]: class
-    ring = np.zeros(cols * mr2 if has_ring else 0, dtype=np.int8)
+    ring = np.zeros(maxc * mr2 if n > seg[0, 1] or seg.shape[0] > 1 else 0, dtype=np.int8)
     msc = np.zeros(MR, dtype=np.int32)
-    mbest = 0
-    nsg = 0
-    rowi = 0
-    col_n = np.zeros(cols, dtype=np.int64)
-    col_z = np.full(cols, -1, dtype=np.int64)
+    mbest = nsg = rowi = 0
+    col_n = np.zeros(maxc, dtype=np.int64)
+    col_z = np.full(maxc, -1, dtype=np.int64)
     # magnitudes and sign classes (0 zero, 1 +, 2 -) of the row above and of this row;
     # -1 (absent) past either end of the row and above the first row
-    up_m = np.full(cols + 2, -1, dtype=np.int64)
-    up_s = np.zeros(cols + 2, dtype=np.int64)
-    cur_m = np.full(cols + 2, -1, dtype=np.int64)
-    cur_s = np.zeros(cols + 2, dtype=np.int64)
-    # neighbours of the next entry: left a, left-left e, up b, up-left c, up-right d
-    a = -1
-    e = -1
-    sa = 0
-    c = -1
-    b = up_m[0]
-    sb = up_s[0]
-    d = up_m[1]
+    up_m = np.full(maxc + 2, -1, dtype=np.int64)
+    up_s = np.zeros(maxc + 2, dtype=np.int64)
+    cur_m = np.full(maxc + 2, -1, dtype=np.int64)
+    cur_s = np.zeros(maxc + 2, dtype=np.int64)
+    # neighbours of the next entry: left a, left-left e, up b, up-left c, up-right d (and
+    # with the other per-row and per-column state: set where a segment starts)
+    a = e = c = b = d = -1
+    sa = sb = 0
     mean_step = np.zeros(max(ROW_CAP, COL_CAP, xcap) + 1, dtype=np.int64)
     for k in range(1, mean_step.size):
         mean_step[k] = PROB_ONE // k
@@ -206,21 +175,43 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
     pscale = (mmax + 1) << FP
     bmul = (nbk << 32) // pscale
     zmul = (NZP << 32) // pscale
-    j = 0
-    ro = 0
-    ron = 0
-    last_off = 0
+    j = ro = ron = last_off = rpos = rneg = agree = differ = lastnz = prev_pb = 0
     row_z = -1
-    rpos = 0
-    rneg = 0
-    agree = 0
-    differ = 0
-    lastnz = 0
-    prev_pb = 0
-    wl = 0
-    sxy = 0
-    sxx = 0
+    wl = sxy = sxx = 0
+    wp = pxy = pxx = P0 = 0   # version 5: the previous step's weight in the prediction
+    cols = seg_start = seg_end = lag = 0
+    si = -1
     for i in range(n):
+        while i == seg_end:   # a segment starts (its lag; a new row length: rows restart)
+            si += 1
+            seg_start = i
+            seg_end = i + seg[si, 0]
+            lag = seg[si, 2]
+            if seg[si, 1] != cols:
+                cols = seg[si, 1]
+                run = 0   # the entries of this run of segments of one row length
+                for k in range(si, seg.shape[0]):
+                    if seg[k, 1] != cols:
+                        break
+                    run += seg[k, 0]
+                has_ring = run > cols
+                col_est[:cols] = 0
+                csum[:cols] = 0
+                col_n[:cols] = 0
+                col_z[:cols] = -1
+                ring[:cols * mr2 if has_ring else 0] = 0
+                up_m[:cols + 2] = -1
+                cur_m[:cols + 2] = -1
+                up_s[:cols + 2] = 0
+                cur_s[:cols + 2] = 0
+                msc[:] = 0
+                mbest = nsg = rowi = sagree = sdiff = sa = sb = j = ro = ron = last_off = 0
+                rpos = rneg = agree = differ = prev_pb = 0
+                a = e = c = b = d = row_z = -1
+        pp = 0
+        if v5 and lag > 0 and i - lag >= seg_start:
+            t = np.int64(sym[i - lag]) - K
+            pp = 0 if t == 0 else (1 if t > 0 else 2)
         # ---------------- prediction (selects, no data-dependent jumps)
         cn = col_n[j]
         ce = col_est[j]
@@ -233,13 +224,22 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
         pb = min(max(pb, 0), pmax)
         lx = ((a << FP) - prev_pb) if a > 0 else 0
         P = min(max(pb + ((wl * lx) >> 8), 0), pmax)
+        px = 0   # version 5: towards a nonzero previous step by the weight wp (fitted)
+        if v5 and lag > 0 and i - lag >= seg_start:
+            tq = abs(np.int64(sym[i - lag]) - K)
+            if tq > 0:
+                px = (tq << FP) - P
+                P0 = P
+                P = min(max(P + ((wp * px) >> 8), 0), pmax)
         prev_pb = pb
         zp = ZRUN[row_z + 1] * 5 + ZRUN[col_z[j] + 1]
         mz = ring[j * mr2 + MR + mbest] if msc[mbest] != 0 else 0
-        rm = 0
-        rsg = 0
+        if v5 and lag > 0 and i - lag >= seg_start:   # version 5: the previous step's class
+            tq = abs(np.int64(sym[i - lag]) - K)
+            mz = 1 if tq == 0 else (2 if (tq << FP) - P < -MZT else 3)
+        rm = rsg = 0
         xm = -1
-        if xr:   # the reference's class, sign and (nonzero) the prediction from it
+        if xr:   # version 6: the reference's class, sign and (nonzero) the prediction from it
             rv = np.int64(ref[i]) - K
             rm = abs(rv)
             rc = 0
@@ -289,7 +289,7 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
                 mc = ((P * bmul) >> 32) * NCONF + conf
                 if v4:
                     mc = mc * mzm + (mz if mzm > 1 else 0)
-                if xm >= 0:   # version 5: predicted from the reference
+                if xm >= 0:   # version 6: predicted from the reference
                     mc = nmctx + xm * mzm + (mz if mzm > 1 else 0)
                 mb = mbase + mc * nint
                 if not minit[mc]:   # first use of a magnitude context: the prior
@@ -371,7 +371,7 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
                             mp = 1 + ((1 if t < 0 else 0) ^ (1 if bs < 0 else 0))
                             bs = abs(bs)
                             mcf = 0 if bs < 3 else (1 if bs < 6 else (2 if bs < 12 else 3))
-                    spa = ((sa * 3 + sp) * 3 + mp) * nsx + rsg
+                    spa = (((sa * 3 + sp) * 3 + mp) * npp + pp) * nsx + rsg
                     idx = sbase + (((spa * 4 + mcf) * 3 + cmv) * 5 + rb)
                     st = np.int64(PR[idx])
                     if st == 0:  # first use: start from the parent context
@@ -444,6 +444,9 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
                 ro += (((v << FP) - ce - ro) * mean_step[ron]) >> 16
             sxy += lx * ((v << FP) - pb)
             sxx += lx * lx
+            if px != 0:
+                pxy += px * ((v << FP) - P0)
+                pxx += px * px
             if xr and rm > 0:
                 xn = xcnt[rm] + (1 if xcnt[rm] < xcap else 0)
                 xcnt[rm] = xn
@@ -466,6 +469,11 @@ def _run_v2(decode, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, pat
                 while sxx >= 1 << 44:
                     sxx >>= 1
                     sxy >>= 1
+            if pxx > 0:
+                wp = min(max((pxy << 8) // pxx, 0), 256)
+                while pxx >= 1 << 44:
+                    pxx >>= 1
+                    pxy >>= 1
             if ron > 0:
                 last_off = ro
             # this row into the match ring (its slot), before the column estimates move
@@ -540,15 +548,24 @@ _NOP = np.zeros(7, dtype=np.int64)
 _NOREF = np.zeros(1, dtype=np.uint16)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _one(n, cols):  # pragma: no cover - compiled
+    """The one segment of a version 3/4 tensor."""
+    seg = np.zeros((1, 3), dtype=np.int64)
+    seg[0, 0] = n
+    seg[0, 1] = cols
+    return seg
+
+
 @njit(cache=True, nogil=True)
 def encode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                   path_node, limit, recip):  # pragma: no cover - compiled
     """Version 3 of ``ctx_kernels.encode_kernel`` (same arguments and statuses).
     Encode ``sym`` into ``buf``: (0, bytes written), (1, index of a symbol >= nsym) or
     (2, 0) ``buf`` too small (byte 0 of ``buf`` is always 0)."""
-    return _run_v2(False, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                     path_bit, path_node, limit, recip, _NOW, _NOP, False, _NOREF,
-                   False)
+    return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, _NOW, _NOP, False, _one(sym.size, cols), False,
+                   _NOREF, False)
 
 
 @njit(cache=True, nogil=True)
@@ -558,9 +575,9 @@ def decode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_
     Decode all of ``buf`` into ``sym``: (0, 0); (1, 0) ran out of bytes; (2, 0) did not
     end in the encoder's final state with every byte read; (3, 0) too short or starts out
     of range."""
-    return _run_v2(True, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                     path_bit, path_node, limit, recip, _NOW, _NOP, False, _NOREF,
-                   False)
+    return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, _NOW, _NOP, False, _one(sym.size, cols), False,
+                   _NOREF, False)
 
 
 @njit(cache=True, nogil=True)
@@ -568,30 +585,53 @@ def encode_kernel4(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path
                    path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
     """Version 4's encoder: ``encode_kernel``'s arguments and statuses plus the prior's
     magnitude weights ``wm`` and the parameters ``mpar`` of ``_posterior_init``."""
-    return _run_v2(False, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                   path_bit, path_node, limit, recip, wm, mpar, True, _NOREF, False)
+    return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, _one(sym.size, cols), False,
+                   _NOREF, False)
 
 
 @njit(cache=True, nogil=True)
 def decode_kernel4(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                    path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
     """Version 4's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel4``)."""
-    return _run_v2(True, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                   path_bit, path_node, limit, recip, wm, mpar, True, _NOREF, False)
+    return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, _one(sym.size, cols), False,
+                   _NOREF, False)
 
 
 @njit(cache=True, nogil=True)
-def encode_kernel5(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
-                   path_node, limit, recip, wm, mpar, ref):  # pragma: no cover - compiled
-    """Version 5's encoder: ``encode_kernel4``'s arguments and statuses (``mpar`` with the
-    reference's parameters from ``XPAR`` on) plus the reference symbols ``ref``."""
-    return _run_v2(False, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                   path_bit, path_node, limit, recip, wm, mpar, True, ref, True)
+def encode_kernel5(sym, buf, seg, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
+    """Version 5's encoder: ``encode_kernel4``'s, the row length replaced by the segments
+    ``seg`` ((entries, row length, lag) each, entries summing to ``sym.size``)."""
+    return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, seg, True, _NOREF,
+                   False)
 
 
 @njit(cache=True, nogil=True)
-def decode_kernel5(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
-                   path_node, limit, recip, wm, mpar, ref):  # pragma: no cover - compiled
+def decode_kernel5(sym, buf, seg, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
     """Version 5's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel5``)."""
-    return _run_v2(True, sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off,
-                   path_bit, path_node, limit, recip, wm, mpar, True, ref, True)
+    return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, seg, True, _NOREF,
+                   False)
+
+
+@njit(cache=True, nogil=True)
+def encode_kernel6(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, ref):  # pragma: no cover - compiled
+    """Version 6's encoder: ``encode_kernel4``'s arguments and statuses (``mpar`` with the
+    reference's parameters from ``XPAR`` on) plus the reference symbols ``ref``."""
+    return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, _one(sym.size, cols), False, ref,
+                   True)
+
+
+@njit(cache=True, nogil=True)
+def decode_kernel6(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, ref):  # pragma: no cover - compiled
+    """Version 6's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel6``)."""
+    return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, _one(sym.size, cols), False, ref,
+                   True)

@@ -8,7 +8,9 @@ byte is detected before anything is decoded::
     header    := header_len bytes of zlib-compressed UTF-8 JSON | crc32(preamble + header) u32
                  (1.3: deflated with a preset dictionary the stream names: ``hdict``;
                  1.4: the compact header, ``co3cli.container.hcompact``: the JSON less its
-                 layer, step and loss lists, which follow it in binary)
+                 layer, step and loss lists, which follow it in binary; 1.5: a kind byte, then
+                 the compact header's fields as text coded by a context-mixing model,
+                 ``co3cli.container.hcm``, or for a long header kind 0, 1.4's)
     block     := layer | group | steps | same | xref | joined | joined-group | compact-group
                  (group: 1.1 and later; joined, joined-group: 1.3 and later; compact-group
                  ``GRC``: 1.4 and later, ``co3cli.container.gcompact``)
@@ -33,6 +35,9 @@ byte is detected before anything is decoded::
     trailer 1.3 := "END\\0" | n_layers u32 | zigzag uvarint * n_layers (each layer's offset less
                  the previous layer's; the first's less 0) | trailer_len u32 (the bytes from
                  "END\\0" to here) | file_crc u32 | "\\x89CO3END"
+    trailer 1.5 := "E" | nblocks uvarint | block size uvarint * nblocks | each layer's block
+                 index in ceil(log2 nblocks) bits | trailer_len (a varint written backwards) |
+                 file_crc u32 | "\\x89CO3END"      (``co3cli.container.framing.trailer15_bytes``)
     table_len 1.3: bit 31 set: the table is raw-deflated, table_len & 0x7FFFFFFF bytes
 
 The JSON header records the format (grid config), tie rule, scale rule, coder config,
@@ -49,7 +54,7 @@ only the layout. Offsets: layer ``i``'s is that of the block holding it (a group
 share it); blocks come in the order of their first layer, the first right after the header,
 and each block ends where the next begins (the last at the trailer). A group's members are
 exactly the layers whose offset points at it, in increasing order. Files of 1.0-1.2
-were written without and with group blocks (1.0: none); every file is now written as 1.4.
+were written without and with group blocks (1.0: none); every file is now written as 1.5.
 
 Context across steps (1.2): with a coder whose config has ``key_every`` K (``ctx-steps``),
 chunk ``t`` of a layer is coded given chunk ``t - 1`` (its symbols and the coder's state), except
@@ -71,7 +76,7 @@ Like ``LYS``, the tag is the feature flag: files without an equal layer keep the
 
 Layers coded given another (``LYX``, ``co3cli.container.xref``): a layer that agrees entry by
 entry with an earlier layer of the same shape (the streams of an FL ``transmitted.h5``) has its
-chunks coded by ``ctx`` model version 5 given the symbols of the same step of ``source`` (an
+chunks coded by ``ctx`` model version 6 given the symbols of the same step of ``source`` (an
 earlier layer coded in a block of its own, ``LYR``/``LYS``/``LYJ``/``LYX``; chains at most
 ``MAX_CHAIN`` long); decoding a step decodes that step of the source first.  The tag is the
 feature flag, as for ``LYS`` and ``LYE``.
@@ -91,13 +96,23 @@ given the previous one (``ctx-steps``) and lossless files are never joined (a re
 such blocks there). With the ``ctx`` coder every small layer shares one group whatever its
 kind (``plan_groups(pool_all=True)``, recorded in ``small_layers``).
 
-Small files (1.4, every file written now): the header compact (layer names front-coded, shapes
+Small files (1.4): the header compact (layer names front-coded, shapes
 as varints, ``numel`` and the source's copy of the layer names derived, steps as a progression,
 losses as float32 where exact: ``co3cli.container.hcompact``) and every joined group a ``GRC``
 block (varint framing, the scales packed bit for bit as exponent differences and mantissas, the
 members of one row length coded as one *stack* where smaller: ``co3cli.container.gcompact``).
 On the check's small held-out dumps (``benchmarks/results/rate_check.md``): 3-5 % of a
 5,000-50,000-entry file; every key and value of the header kept.
+
+Small files (1.5, every file written now): the header's text coded by a context-mixing model
+primed with an example header and a guess of the torch module repr from the layer names and
+shapes (``co3cli.container.hcm``, ``hprime``: 440-510 -> 220-310 bytes on the check's small
+dumps, every key and value kept), the trailer as block sizes and each layer's block index
+(44 -> 16 bytes with one block), and a ``GRC`` group of a ``ctx`` coder of model version 5
+coded as *one stream* of segments (layouts 2 and 3: one final state for the group, the
+adaptive statistics carried from member to member, in layout 3 each member's previous step
+in the contexts) with its flat or octave prior in 6 or ~60 bytes instead of ~30 or ~110
+(``co3cli.container.gcompact``). A 1.5 group layout in an older file is refused.
 
 A reader accepts major version 1, any minor version (1.0: no group blocks); it verifies the
 file CRC and structure before decoding anything, and each decoder must consume its chunk
@@ -110,6 +125,8 @@ naming the limit, before anything big is allocated; memory stays bounded on host
 ``MAX_HEADER``         compressed header: at most 16 MiB
 ``MAX_HEADER_JSON``    inflated header JSON: at most 16 MiB (inflated incrementally, so a
                        zlib bomb is stopped at the limit)
+``hcm.MAX_TEXT``       a 1.5 header's text (layer lines, JSON, binary): at most 1 MiB, the
+                       module guess primed after the layer lines at most 256 KiB
 ``MAX_META``           one block's metadata JSON: at most 1 MiB (a group's: inflated
                        incrementally, stopped at the limit)
 ``MAX_DEPTH``          JSON nesting (header and metadata): at most 64 levels

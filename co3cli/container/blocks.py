@@ -12,13 +12,13 @@ import numpy as np
 
 from co3cli.container.chunks import LAYER_HEAD as _LAYER_HEAD
 from co3cli.container.chunks import _F32, _check_scales, _meta_table, _read_chunks
-from co3cli.container.framing import read_uvarint, table_field, trailer_bytes
+from co3cli.container.framing import read_uvarint, table_field, trailer15_bytes
 from co3cli.container.gcompact import (COMPACT_GROUP_TAG, HEADER_MINOR, PER_MEMBER, STACKED,
-                                       pack_group, parse_group, payload_shares)
-from co3cli.container.gcompact import stacks as stack_groups
-from co3cli.container.hcompact import pack_header
+                                       STREAMS, body_members, pack_group, parse_group,
+                                       payload_shares, stream_segments)
+from co3cli.container.hcm import pack_header15
 from co3cli.container.hdict import deflate
-from co3cli.container.header import COMPACT_MINOR, step_context
+from co3cli.container.header import COMPACT_MINOR, TEXT_HEADER_MINOR, step_context
 from co3cli.container.plan import joinable
 from co3cli.container.tableset import (KIND_RAW, STEPS_TAG, pack_tableset, parse_tableset,
                                        representative_table)
@@ -30,10 +30,11 @@ from co3cli.varint import uvarint
 
 MAGIC = CO3_MAGIC  # b"CO3\x89GRD\n"
 END_MAGIC = b"\x89CO3END"
-MAJOR, MINOR = 1, 4  # minor 1: group blocks; minor 2 (STEP_CONTEXT_MINOR): chunks with context
+MAJOR, MINOR = 1, 5  # minor 1: group blocks; minor 2 (STEP_CONTEXT_MINOR): chunks with context
 # across steps; minor 3 (COMPACT_MINOR): the header deflated with a preset dictionary, joined
-# steps (LYJ/GRJ blocks), varint offsets in the trailer; minor 4 (HEADER_MINOR, every file
-# written now): the compact header (co3cli.container.hcompact), GRC blocks (gcompact)
+# steps (LYJ/GRJ blocks), varint offsets in the trailer; minor 4 (HEADER_MINOR): the compact
+# header (co3cli.container.hcompact), GRC blocks (gcompact); minor 5 (TEXT_HEADER_MINOR, every
+# file written now): the header coded by a text model (hcm), block sizes in the trailer
 _PRE = struct.Struct("<8sHHI")
 _U32 = struct.Struct("<I")
 LAYER_TAG, GROUP_TAG = b"LYR\0", b"GRP\0"
@@ -85,9 +86,9 @@ class Co3Writer:
     Blocks come in the order of their first layer: :meth:`write_layer` writes the lowest layer
     not yet written; :meth:`write_group` a group whose first member is that layer. ``groups``:
     whether the file may hold group blocks; ``step_context``: the coder codes each step given
-    the previous one (no joined blocks then). Files are written as version 1.4: the header
-    compact (``co3cli.container.hcompact``) and deflated with ``co3cli.container.hdict``'s
-    dictionary, varint offsets in the trailer (both since 1.3), joined groups ``GRC``."""
+    the previous one (no joined blocks then). Files are written as version 1.5: the header
+    coded by a text model (``co3cli.container.hcm``), block sizes in the trailer
+    (``co3cli.container.framing.trailer15_bytes``), joined groups ``GRC``."""
 
     def __init__(self, f: BinaryIO, header: dict, groups: bool = False,
                  step_context: bool = False):
@@ -101,8 +102,8 @@ class Co3Writer:
         self._alone: set[int] = set()  # layers written in a block of their own (LYR/LYS)
         self._chain: dict[int, int] = {}  # an LYX layer: the LYX blocks of its chain
         self._step_context = step_context
-        js = deflate(pack_header(header))
-        pre = _PRE.pack(MAGIC, MAJOR, HEADER_MINOR, len(js))
+        js = pack_header15(header)
+        pre = _PRE.pack(MAGIC, MAJOR, TEXT_HEADER_MINOR, len(js))
         self.w.write(pre + js + _U32.pack(zlib.crc32(pre + js)))
 
     def _check_chunks(self, idx: int, chunks) -> None:
@@ -193,12 +194,12 @@ class Co3Writer:
 
     def write_group(self, meta: dict, table: bytes,
                     members: list[tuple[int, list[tuple[float, bytes]]]],
-                    stacks: list[bytes] | None = None) -> list[int]:
+                    stacks: list[bytes] | None = None, layout: int = STACKED) -> list[int]:
         """Write one group block (``members``: (layer index, chunks), indices increasing;
         chunks all :class:`Joined`: a ``GRC`` block, ``co3cli.container.gcompact``, with
-        ``stacks`` one body per stack, the members' own bodies empty); returns each member's
-        bytes (its own, plus an equal share of the group's head, meta, table and CRC: the
-        shares sum to the block's size)."""
+        ``stacks`` the bodies of ``layout`` (``STACKED``: one per stack; ``STREAMS``: one),
+        the members' own bodies empty); returns each member's bytes (its own, plus an equal
+        share of the group's head, meta, table and CRC: the shares sum to the block's size)."""
         if not self._groups:
             raise InputError("this writer was opened for a file without group blocks")
         indices = [i for i, _ in members]
@@ -208,7 +209,7 @@ class Co3Writer:
         if len(joined) > 1:
             raise InputError("a group's members are all joined or none")
         if joined == {True}:
-            return self._write_compact_group(meta, table, members, stacks)
+            return self._write_compact_group(meta, table, members, stacks, layout)
         if stacks is not None:
             raise InputError("stacked bodies are for a group of joined members")
         self._claim(indices)
@@ -230,7 +231,7 @@ class Co3Writer:
         self.layer_bytes += out
         return out
 
-    def _write_compact_group(self, meta, table, members, stacks) -> list[int]:
+    def _write_compact_group(self, meta, table, members, stacks, layout) -> list[int]:
         lays = self.header["layers"]
         cols = [row_length(lays[i]["shape"], lays[i]["numel"]) for i, _ in members]
         sizes = [len(self.header["steps"]) * lays[i]["numel"] for i, _ in members]
@@ -238,7 +239,9 @@ class Co3Writer:
             bodies, layout = [chunks.body for _, chunks in members], PER_MEMBER
             groups = [[k] for k in range(len(members))]
         else:
-            groups, bodies, layout = stack_groups(cols), stacks, STACKED
+            if layout not in (STACKED,) + STREAMS:
+                raise InputError(f"group layout {layout} has no shared bodies")
+            groups, bodies = body_members(layout, cols), stacks
             if len(bodies) != len(groups) or any(chunks.body for _, chunks in members):
                 raise InputError(f"{len(bodies)} stacked bodies for {len(groups)} stacks")
         self._claim([i for i, _ in members])
@@ -252,7 +255,7 @@ class Co3Writer:
         if missing:
             raise InputError(f"{self.nlayers - len(missing)} layers written, header declares "
                              f"{self.nlayers}")
-        self.w.write(trailer_bytes(self.offsets))
+        self.w.write(trailer15_bytes(self.offsets, self.w.pos))
         self.w.write(_U32.pack(self.w.crc) + END_MAGIC)
         return self.w.pos
 
@@ -278,7 +281,8 @@ class LayerBlock:
     joined: bool = False  # ``LYJ``/``GRJ``: ``bodies`` is one chunk holding every step
     table_nbytes: int = 0  # the table's bytes in the file (1.3: deflated where smaller)
     stack: tuple | None = None  # a stacked ``GRC`` member: (its body's index in the group,
-    # its first symbol there, the body's symbols, their row length); ``bodies``: that body
+    # its first symbol there, the body's symbols, their row length; a ``STREAMS`` body's:
+    # its segments, (entries, row length, lag) each); ``bodies``: that body
     xref: "LayerBlock | None" = None  # an ``LYX`` block: the block of the layer its chunks
     # are coded given (its ``index``), read and verified with it
 
@@ -498,10 +502,15 @@ class Co3File:
         cols = [row_length(lays[i]["shape"], lays[i]["numel"]) for i in refs]
         meta, table, tbytes, layout, scales, bodies, groups, sizes = parse_group(
             buf, len(buf) - 4, cols, nsteps, what)
+        if layout in STREAMS and self.version[1] < TEXT_HEADER_MINOR:
+            raise CorruptDataError(f"{what}: group layout {layout} in a file of version "
+                                   f"1.{self.version[1]} (needs 1.{TEXT_HEADER_MINOR})")
         per_layer = meta.pop("layers", {})
         if not isinstance(per_layer, dict) or not all(isinstance(v, dict) for v in per_layer.values()):
             raise CorruptDataError(f"{what}: per-layer metadata is not an object of objects")
         entries = [nsteps * lays[i]["numel"] for i in refs]
+        segs = stream_segments(layout, groups[0], cols, [lays[i]["numel"] for i in refs],
+                               nsteps) if layout in STREAMS else None
         pay = payload_shares(bodies, groups, entries, framed=False)
         own = payload_shares(bodies, groups, entries)
         shared = len(buf) - sum(own)
@@ -516,7 +525,8 @@ class Co3File:
                     i, lays[i]["name"], {**meta, **per_layer.get(str(i), {})}, table, scales[k],
                     [bodies[g]], own[k] + shared // len(refs) + (shared % len(refs) if k == 0 else 0),
                     pay[k], refs[0], cache, joined=True, table_nbytes=tbytes,
-                    stack=(g, first, total, cols[k]) if layout == STACKED else None)
+                    stack=(g, first, total, cols[k] if segs is None else tuple(segs))
+                    if layout != PER_MEMBER else None)
                 first += entries[k]
         return out
 

@@ -6,7 +6,8 @@ block's integer table parsed (once per group block), each chunk decoded on its o
         group's ``co3cli.coding.raw.RawTable``; otherwise the block's table for every step)
     block --iter_decode_block--> symbols of each step (numel,) --decode_block--> (steps, numel)
     (a joined block, ``LYJ``/``GRJ``/``GRC``: its one chunk decoded as steps x numel symbols,
-    then split; a stacked ``GRC`` member: its stack decoded once per group, its part taken)
+    then split; a stacked ``GRC`` member: its stack decoded once per group, its part taken;
+    a ``STREAMS`` group: its one body decoded as segments, once)
     block, step --decode_step--> that step's symbols alone (random access)
 
 A layer coded given another (``LYX``, ``co3cli.container.xref``) decodes each step given that
@@ -101,7 +102,17 @@ def joined_symbols(block, table, numel: int, cols: int) -> np.ndarray:
     g, first, total, scols = block.stack
     sym = block.cache.get(("stack", g))
     if sym is None:
-        sym = block.cache[("stack", g)] = table.decode(block.bodies[0], total, cols=scols)
+        if isinstance(scols, tuple):  # a STREAMS body: its segments (ctx model version 5)
+            if not hasattr(table, "decode_segments") or table.model_version != 5:
+                raise CorruptDataError(f"layer {block.name}: a group coded as segments needs "
+                                       "a ctx table of model version 5")
+            try:
+                sym = table.decode_segments(block.bodies[0], scols)
+            except InputError as e:
+                raise CorruptDataError(f"layer {block.name}: {e}") from None
+        else:
+            sym = table.decode(block.bodies[0], total, cols=scols)
+        block.cache[("stack", g)] = sym
     return sym[first:first + numel * steps].reshape(steps, numel)
 
 

@@ -6,8 +6,20 @@ gap each, a float32 scale per member and step and a body length per member: on a
 dump of 20 layers x 3 steps, 300 of its 11,362 bytes. A ``GRC`` block holds the same members
 (every one's steps joined, as in ``GRJ``) as::
 
-    grc     := "GRC\\0" | n uvarint | layout u8 | meta_field | table_field | scales
+    grc     := "GRC\\0" | n uvarint | layout u8 | prior | scales
                | (body_len uvarint | body) * bodies | crc32 (of the whole block before it) u32
+    prior   := meta_field | table_field                      (layouts 0 and 1)
+             | 0 u8 | meta_field | table_field                (layouts 2 and 3, ``.co3`` 1.5)
+             | 1 u8 | head | nsym uvarint
+             | 2 u8 | head | nsym uvarint | top uvarint | len uvarint | raw-deflated octaves
+    head    := version u8 | precision u8 | limit u8       (of a ``ctx`` table: its first bytes)
+               (kind 1: meta ``{"model": "uniform"}``, the table whose prior is
+               ``co3cli.tables.flat_freqs(nsym, precision)``: 6 bytes for the 31 of its fields;
+               kind 2: meta ``{"model": "empirical-octaves"}``, the table whose prior is
+               ``co3cli.tables.octave_freqs``': per symbol 0 (unused) or 1 + log2 of its
+               frequency, as the zigzag of its difference from the previous symbol's (a byte
+               each), the symbol ``top`` taking what makes the sum ``2**precision``: 50-70
+               bytes for its fields' 110)
     meta_field, table_field := len << 1 | deflated uvarint | bytes
                (meta: JSON, or deflated with the header's preset dictionary; table: the
                coder's integer table, or raw-deflated)
@@ -20,6 +32,11 @@ dump of 20 layers x 3 steps, 300 of its 11,362 bytes. A ``GRC`` block holds the 
              | 1: a body per *stack*: the members of one row length (``row_length`` of the
                header's shape), in order of their first member, each body every member of
                that row length in member order, each member's steps as further rows
+             | 2 (1.5): one body, the stacks of layout 1 one after the other, coded as
+               *segments* (``ctx`` model version 5: a member each, its entries and row
+               length; the statistics carry through, rows restart where the length changes)
+             | 3 (1.5): layout 2 with each member's lag its ``numel`` (its previous step's
+               entry, one step of rows back, in the contexts)
 
 The members are the layers the trailer points at the block (no gaps stored; ``n`` must match).
 A stack is one coded sequence, so an adaptive coder's statistics carry from layer to layer
@@ -39,14 +56,19 @@ import numpy as np
 from co3cli.container.framing import read_uvarint
 from co3cli.container.hdict import deflate
 from co3cli.container.header import MAX_META, MAX_TABLE, inflate, inflate_raw, parse_json
+from co3cli.coding.huffman import MAX_NSYM
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.varint import uvarint
 
 COMPACT_GROUP_TAG = b"GRC\0"
+FLAT_META = b'{"model":"uniform"}'
+OCTAVE_META = b'{"model":"empirical-octaves"}'
+PRIOR_FIELDS, PRIOR_FLAT, PRIOR_OCTAVES = 0, 1, 2
 HEADER_MINOR = 4
 """The minor version of files whose header is compact (``co3cli.container.hcompact``) and
 whose joined groups may be ``GRC`` blocks."""
-PER_MEMBER, STACKED = 0, 1
+PER_MEMBER, STACKED, STREAM, STREAM_STEPS = 0, 1, 2, 3
+STREAMS = (STREAM, STREAM_STEPS)
 _HIGH, _LOW = 9, 23
 SCALE_ROWS = 1 << 16  # scales unpacked at a time (a multiple of 8: ~2 MB of bits, 17 MB as int64)
 
@@ -110,6 +132,12 @@ def read_scales(buf, pos: int, end: int, n: int, what: str) -> tuple[np.ndarray,
     return vals, pos + 3 + nbytes
 
 
+def prior_bytes(meta: dict, table: bytes, layout: int) -> int:
+    """Bytes a ``GRC`` block of ``layout`` spends on metadata ``meta`` and ``table``."""
+    return len(_prior(json.dumps(meta, separators=(",", ":"), sort_keys=True).encode(), table,
+                      layout))
+
+
 def meta_field_bytes(meta: dict) -> int:
     """Bytes a ``GRC`` block spends on metadata ``meta`` (its length field included)."""
     js = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
@@ -133,15 +161,97 @@ def _read_field(buf, pos: int, end: int, limit: int, what: str) -> tuple[bytes, 
     return bytes(buf[pos:pos + n]), bool(v & 1), pos + n
 
 
+def _flat_table(version: int, precision: int, limit: int, nsym: int) -> bytes:
+    from co3cli.tables import flat_freqs
+    from co3cli.varint import uvarints_to_bytes
+
+    return bytes([version, precision, limit]) + uvarints_to_bytes(flat_freqs(nsym, precision))
+
+
+def _octave_table(head: bytes, top: int, k1: np.ndarray) -> bytes | None:
+    """The table bytes of an octave prior (``k1``: 0 or 1 + log2 of each frequency, ``top``
+    the symbol taking the rest), or None where that is no table (a sum beyond the precision)."""
+    from co3cli.varint import uvarints_to_bytes
+
+    precision = head[1]
+    f = np.where(k1 > 0, np.left_shift(np.int64(1), np.maximum(k1, 1) - 1), 0)
+    f[top] += (1 << precision) - int(f.sum())
+    if f[top] <= 0 or np.any(k1 > precision):
+        return None
+    return bytes(head) + uvarints_to_bytes(f)
+
+
+def _ctx_freqs(table: bytes) -> np.ndarray | None:
+    """The prior frequencies of ``ctx`` table bytes (None where they are not such a table)."""
+    from co3cli.varint import uvarints_from_bytes
+
+    if len(table) <= 3 or not 8 <= table[1] <= 24:
+        return None
+    nsym = int(np.count_nonzero(np.frombuffer(table[3:], dtype=np.uint8) < 0x80))
+    try:
+        f, used = uvarints_from_bytes(table[3:], nsym)
+    except CorruptDataError:
+        return None
+    return f.astype(np.int64) if used == len(table) - 3 and 1 <= nsym <= MAX_NSYM else None
+
+
+def _prior(meta_json: bytes, table: bytes, layout: int) -> bytes:
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    fields = _field(meta_json, deflate(meta_json)) + _field(table, c.compress(table) + c.flush())
+    if layout not in STREAMS:
+        return fields
+    f = _ctx_freqs(table) if meta_json in (FLAT_META, OCTAVE_META) else None
+    if f is not None and meta_json == FLAT_META and table == _flat_table(*table[:3], f.size):
+        return bytes([PRIOR_FLAT]) + table[:3] + uvarint(f.size)
+    if f is not None and meta_json == OCTAVE_META:
+        odd = np.flatnonzero(f & (f - 1))  # the one frequency not a power of two: the top's
+        top = int(odd[0]) if odd.size == 1 else int(np.argmax(f))
+        k1 = np.where(f > 0, np.log2(np.maximum(f, 1)).astype(np.int64) + 1, 0)
+        if _octave_table(table[:3], top, k1) == table:
+            d = np.diff(k1, prepend=0)
+            z = np.where(d >= 0, 2 * d, -2 * d - 1).astype(np.uint8).tobytes()
+            c = zlib.compressobj(9, zlib.DEFLATED, -15)
+            z = c.compress(z) + c.flush()
+            packed = (bytes([PRIOR_OCTAVES]) + table[:3] + uvarint(f.size) + uvarint(top)
+                      + uvarint(len(z)) + z)
+            if len(packed) < 1 + len(fields):
+                return packed
+    return bytes([PRIOR_FIELDS]) + fields
+
+
+def _read_prior(buf, pos: int, end: int, what: str):
+    """(meta, table bytes, the table's bytes in the file, position after) of a prior of kind
+    1 or 2 at ``buf[pos]``."""
+    kind = buf[pos]
+    if pos + 4 > end:
+        raise CorruptDataError(f"{what}: prior overruns the block")
+    head = bytes(buf[pos + 1:pos + 4])
+    nsym, pos = read_uvarint(buf, pos + 4, end, f"{what} prior")
+    if not (8 <= head[1] <= 24 and 1 <= nsym <= min(MAX_NSYM, 1 << head[1])):
+        raise CorruptDataError(f"{what}: prior of {nsym} symbols at precision {head[1]}")
+    if kind == PRIOR_FLAT:
+        return json.loads(FLAT_META), _flat_table(*head, nsym), 0, pos
+    top, pos = read_uvarint(buf, pos, end, f"{what} prior")
+    n, pos = read_uvarint(buf, pos, end, f"{what} prior")
+    if top >= nsym or pos + n > end:
+        raise CorruptDataError(f"{what}: octave prior overruns the block or its symbols")
+    z = np.frombuffer(inflate_raw(bytes(buf[pos:pos + n]), f"{what} octave prior", MAX_NSYM),
+                      dtype=np.uint8).astype(np.int64)
+    k1 = np.cumsum((z >> 1) ^ -(z & 1))
+    table = _octave_table(head, top, k1) if z.size == nsym and k1.min() >= 0 else None
+    if table is None:
+        raise CorruptDataError(f"{what}: octave prior is not a table of {nsym} symbols")
+    return json.loads(OCTAVE_META), table, n, pos + n
+
+
 def pack_group(meta_json: bytes, table: bytes, scales: list, bodies: list[bytes],
                layout: int) -> bytes:
     """A ``GRC`` block up to its CRC: ``scales`` per member (float32 arrays), ``bodies`` one
-    per member (``PER_MEMBER``) or per stack (``STACKED``)."""
-    if layout not in (PER_MEMBER, STACKED):
+    per member (``PER_MEMBER``), per stack (``STACKED``) or one (``STREAMS``)."""
+    if layout not in (PER_MEMBER, STACKED) + STREAMS:
         raise InputError(f"group layout {layout}")
-    c = zlib.compressobj(9, zlib.DEFLATED, -15)
-    head = (COMPACT_GROUP_TAG + uvarint(len(scales)) + bytes([layout])
-            + _field(meta_json, deflate(meta_json)) + _field(table, c.compress(table) + c.flush()))
+    head = COMPACT_GROUP_TAG + uvarint(len(scales)) + bytes([layout]) + _prior(meta_json, table,
+                                                                               layout)
     allscales = np.concatenate([np.asarray(s, dtype=np.float32) for s in scales])
     return head + pack_scales(allscales) + b"".join(uvarint(len(b)) + b for b in bodies)
 
@@ -154,21 +264,30 @@ def parse_group(buf, end: int, cols: list[int], nsteps: int, what: str):
     if n != len(cols):
         raise CorruptDataError(f"{what}: {n} members declared, the layer index points "
                                f"{len(cols)} layers at it")
-    if pos >= end or buf[pos] not in (PER_MEMBER, STACKED):
+    if pos >= end or buf[pos] not in (PER_MEMBER, STACKED) + STREAMS:
         raise CorruptDataError(f"{what}: bad group layout")
-    layout = buf[pos]
-    meta_raw, zipped, pos = _read_field(buf, pos + 1, end, MAX_META, f"{what} metadata")
-    if zipped:
-        meta_raw = inflate(meta_raw, what, "metadata", MAX_META)
-    meta = parse_json(meta_raw, f"{what} metadata")
-    if not isinstance(meta, dict):
-        raise CorruptDataError(f"{what}: metadata is not a JSON object")
-    table, deflated, pos = _read_field(buf, pos, end, MAX_TABLE, f"{what} table")
-    tbytes = len(table)
-    if deflated:
-        table = inflate_raw(table, f"{what} table")
+    layout, pos = buf[pos], pos + 1
+    kind = None
+    if layout in STREAMS:
+        if pos >= end or buf[pos] not in (PRIOR_FIELDS, PRIOR_FLAT, PRIOR_OCTAVES):
+            raise CorruptDataError(f"{what}: bad prior kind")
+        kind = buf[pos]
+    if kind in (PRIOR_FLAT, PRIOR_OCTAVES):
+        meta, table, tbytes, pos = _read_prior(buf, pos, end, what)
+    else:
+        pos += kind == PRIOR_FIELDS
+        meta_raw, zipped, pos = _read_field(buf, pos, end, MAX_META, f"{what} metadata")
+        if zipped:
+            meta_raw = inflate(meta_raw, what, "metadata", MAX_META)
+        meta = parse_json(meta_raw, f"{what} metadata")
+        if not isinstance(meta, dict):
+            raise CorruptDataError(f"{what}: metadata is not a JSON object")
+        table, deflated, pos = _read_field(buf, pos, end, MAX_TABLE, f"{what} table")
+        tbytes = len(table)
+        if deflated:
+            table = inflate_raw(table, f"{what} table")
     allscales, pos = read_scales(buf, pos, end, n * nsteps, what)
-    groups = stacks(cols) if layout == STACKED else [[k] for k in range(n)]
+    groups = body_members(layout, cols)
     bodies, sizes = [], []
     for g in range(len(groups)):
         at = pos
@@ -184,6 +303,22 @@ def parse_group(buf, end: int, cols: list[int], nsteps: int, what: str):
     return meta, table, tbytes, layout, scales, bodies, groups, sizes
 
 
+def body_members(layout: int, cols: list[int]) -> list[list[int]]:
+    """The member positions each body of a group of that ``layout`` holds, in coding order."""
+    if layout == STACKED:
+        return stacks(cols)
+    if layout in STREAMS:
+        return [[k for g in stacks(cols) for k in g]]
+    return [[k] for k in range(len(cols))]
+
+
+def stream_segments(layout: int, members: list[int], cols: list[int],
+                    numels: list[int], nsteps: int) -> list[tuple[int, int, int]]:
+    """The segments (entries, row length, lag) of a ``STREAMS`` body holding ``members``."""
+    lag = layout == STREAM_STEPS and nsteps > 1
+    return [(nsteps * numels[k], cols[k], numels[k] if lag else 0) for k in members]
+
+
 def payload_shares(bodies: list[bytes], groups: list[list[int]], sizes: list[int],
                    framed: bool = True) -> list[int]:
     """Each member's bytes of ``bodies`` (``framed``: with their length varints): a body of
@@ -196,6 +331,15 @@ def payload_shares(bodies: list[bytes], groups: list[list[int]], sizes: list[int
             out[k] = b * sizes[k] // total
         out[members[0]] += b - sum(out[k] for k in members)
     return out
+
+
+def stream_body(table, syms: list, layout: int) -> bytes:
+    """The one body of a ``STREAMS`` group: ``syms`` ((steps x numel symbols, row length) per
+    member) in stack order, coded as segments with ``table`` (``ctx`` model version 5)."""
+    cols = [c for _, c in syms]
+    order = body_members(layout, cols)[0]
+    segs = stream_segments(layout, order, cols, [s.shape[1] for s, _ in syms], syms[0][0].shape[0])
+    return table.encode_segments(np.concatenate([syms[k][0].reshape(-1) for k in order]), segs)
 
 
 def stacked_bodies(table, syms: list, groups: list[list[int]]) -> list[bytes]:

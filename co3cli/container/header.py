@@ -108,6 +108,11 @@ COMPACT_MINOR = 3
 join a layer's steps into one chunk (``LYJ``/``GRJ``) and whose trailer holds varint offsets."""
 
 
+TEXT_HEADER_MINOR = 5
+"""The minor version of files whose header is coded by a text model (``co3cli.container.hcm``)
+and whose trailer lists block sizes (``co3cli.container.framing.trailer15_bytes``)."""
+
+
 def step_context(header: dict) -> bool:
     """Whether a header's coder codes each step of a layer given the previous one (its config
     has ``key_every``: chunk ``t`` decodes alone when ``t % key_every == 0``, ``key_every`` 0:

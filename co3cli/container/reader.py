@@ -11,11 +11,12 @@ from co3cli.container.blocks import (_PRE, _SAME, _U32, END_MAGIC, MAGIC, MAJOR,
                                      Co3File)
 from co3cli.container.framing import read_trailer
 from co3cli.container.gcompact import HEADER_MINOR
+from co3cli.container.hcm import unpack_header15
 from co3cli.container.hcompact import unpack_header
 from co3cli.container.hdict import stream_dict_id
 from co3cli.container.header import (COMPACT_MINOR, MAX_DIMS, MAX_ENTRIES_PER_BYTE, MAX_HEADER,
-                                     STEP_CONTEXT_MINOR, header_problem, inflate, parse_json,
-                                     step_context)
+                                     STEP_CONTEXT_MINOR, TEXT_HEADER_MINOR, header_problem,
+                                     inflate, parse_json, step_context)
 from co3cli.errors import CorruptDataError
 from co3cli.fileio import misplaced
 
@@ -63,9 +64,12 @@ def open_co3(f: BinaryIO, name: str = "input") -> Co3File:
     if stream_dict_id(js) is not None and minor < COMPACT_MINOR:
         raise CorruptDataError(f"{name}: header names a preset dictionary but the file says "
                                f"version {major}.{minor} (needs 1.{COMPACT_MINOR})")
-    raw = inflate(js, name)
-    header = unpack_header(raw, size, MAX_DIMS, f"header of {name}") if minor >= HEADER_MINOR \
-        else parse_json(raw, f"header of {name}")
+    if minor >= TEXT_HEADER_MINOR:
+        header = unpack_header15(js, size, MAX_DIMS, f"header of {name}")
+    elif minor >= HEADER_MINOR:
+        header = unpack_header(inflate(js, name), size, MAX_DIMS, f"header of {name}")
+    else:
+        header = parse_json(inflate(js, name), f"header of {name}")
     problem = header_problem(header)
     if problem:
         raise CorruptDataError(f"{name}: malformed header: {problem}")

@@ -2,7 +2,7 @@
 
 A dump often holds layers that agree entry by entry: the ``raw``, ``corrected`` and
 ``decoded`` streams of ``co3 simulate fl --dump-rounds`` (87-94 % of their fp4 symbols
-equal), tied or mirrored parameters.  The ``ctx`` coder's model version 5
+equal), tied or mirrored parameters.  The ``ctx`` coder's model version 6
 (``co3cli.coding.ctx``) codes a tensor given such a *reference*: the co-located symbols of
 the same step of an earlier layer of the file, which the decoder holds already.  The block
 says which layer::
@@ -16,7 +16,8 @@ reference ``LYE``, whose own source is named instead).  Chunk ``t`` is coded giv
 symbols of step ``t`` of the source, so decoding a step of the layer first decodes that step
 of the source (and of its source, up the chain).  Chains are at most ``MAX_CHAIN`` blocks
 long, so a step costs at most ``MAX_CHAIN + 1`` decodes; the table is a ``ctx`` table of
-model version 5 (the file's coder ``ctx``) and a version 5 table appears in no other block.
+model version 6 (the file's coder ``ctx`` of model version 4 or 5, whose prior it keeps) and a
+version 6 table appears in no other block.
 Chunks are per step (never joined).  Like ``LYS`` and ``LYE`` the tag is the feature flag:
 any 1.x file may hold one, files without one keep their bytes, and a reader that predates it
 refuses the block in one line (an unknown tag) before decoding anything.
@@ -37,7 +38,10 @@ XREF_HEAD = struct.Struct("<4sIII")  # tag, index, source, meta_len
 MAX_CHAIN = 4
 """An ``LYX`` block's source may itself be one, this many blocks deep at most."""
 XREF_CODER = "ctx"
-"""The coder whose tables code given a reference (model version 5)."""
+"""The coder whose tables code given a reference (model version 6)."""
+XREF_FROM = (4, 5)
+"""The model versions of that coder whose files may hold ``LYX`` blocks (they code a lone
+tensor alike: version 5 with one segment is version 4)."""
 
 
 def check_source(header: dict, refs: dict, offsets: list, i: int, source: int,

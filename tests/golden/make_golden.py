@@ -57,15 +57,24 @@ CTX3_CASES = {
     "fp8-ctx3": ["--format", "fp8-e5m2", "--coder", "ctx", "--model", "gennorm-zi"],
     "fp4-ctx3": ["--format", "fp4-co3", "--coder", "ctx", "--model", "gennorm-zi"],
 }
-# ``ctx`` model version 4 (magnitude contexts started near their prediction), the default
+# ``ctx`` model version 4 (magnitude contexts started near their prediction)
 CTX4_CASES = {
     "fp8-ctx4": ["--format", "fp8-e5m2", "--coder", "ctx", "--model", "gennorm-zi"],
     "fp4-ctx4": ["--format", "fp4-co3", "--coder", "ctx", "--model", "gennorm-zi"],
     "fp8-default4": ["--format", "fp8-e5m2"],
 }
+# ``ctx`` model version 5 (a group's members one stream, the previous step in the contexts:
+# ``.co3`` 1.5), the default
+CTX5_CASES = {
+    "fp8-ctx5": ["--format", "fp8-e5m2", "--coder", "ctx", "--model", "gennorm-zi"],
+    "fp4-ctx5": ["--format", "fp4-co3", "--coder", "ctx", "--model", "gennorm-zi"],
+    "fp8-default5": ["--format", "fp8-e5m2"],
+    "fp4-default5": ["--format", "fp4-co3"],
+}
 # written with an earlier ``ctx`` model version, the default then: rebuilt by the tests (and
 # here) with ``coder_params={"model_version": version}``
-CTX_OLD_CASES = {"fp8-ctx": 1, "fp4-ctx": 1, "steps-default": 1, "fp8-ctx3": 3, "fp4-ctx3": 3}
+CTX_OLD_CASES = {"fp8-ctx": 1, "fp4-ctx": 1, "steps-default": 1, "fp8-ctx3": 3, "fp4-ctx3": 3,
+                 "fp8-ctx4": 4, "fp4-ctx4": 4, "fp8-default4": 4}
 CTX_V1_CASES = tuple(k for k, v in CTX_OLD_CASES.items() if v == 1)
 BOOK = ["--format", "fp8-e5m2", "--coder", "huffman", "--model", "gennorm-zi"]
 # the 1.1 layout (small layers pooled into group blocks), from ``source-groups.h5``
@@ -220,7 +229,14 @@ def make_ctx3() -> None:
 
 
 def make_ctx4() -> None:
+    os.environ["SOURCE_DATE_EPOCH"] = EPOCH
     for name, opts in CTX4_CASES.items():
+        compress_v1(HERE / "source.h5", HERE / f"{name}.co3", opts, CTX_OLD_CASES[name])
+        co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
+
+
+def make_ctx5() -> None:
+    for name, opts in CTX5_CASES.items():
         co3("compress", str(HERE / "source.h5"), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
 
@@ -256,6 +272,31 @@ def main() -> None:
         co3("decompress", str(HERE / f"{name}.co3"), "-o", str(HERE / f"{name}.h5"), "-q")
     make_ctx3()
     make_ctx4()
+    make_ctx5()
+
+
+def make_v15() -> None:
+    """Every ``.co3`` fixture rewritten by this version from the sources as they are (the
+    sources, the codebook and what the files decode to stay: ``.co3`` 1.5)."""
+    src = HERE / "source.h5"
+    os.environ["SOURCE_DATE_EPOCH"] = EPOCH
+    for name, opts in CASES.items():
+        if name in CTX_OLD_CASES:
+            compress_v1(src, HERE / f"{name}.co3", opts, CTX_OLD_CASES[name])
+        else:
+            co3("compress", str(src), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
+    for name, opts in CTX3_CASES.items():
+        compress_v1(src, HERE / f"{name}.co3", opts, CTX_OLD_CASES[name])
+    for name, opts in CTX4_CASES.items():
+        compress_v1(src, HERE / f"{name}.co3", opts, CTX_OLD_CASES[name])
+    make_ctx5()
+    for cases, source in ((GROUP_CASES, GROUP_SOURCE), (STEPS_CASES, STEPS_SOURCE),
+                          (SAME_CASES, SAME_SOURCE)):
+        for name, opts in cases.items():
+            if name in CTX_OLD_CASES:
+                compress_v1(source, HERE / f"{name}.co3", opts, CTX_OLD_CASES[name])
+            else:
+                co3("compress", str(source), "-o", str(HERE / f"{name}.co3"), *opts, "-q")
 
 
 if __name__ == "__main__":
@@ -265,6 +306,10 @@ if __name__ == "__main__":
         make_ctx3()
     elif sys.argv[1:] == ["--ctx4"]:  # only the ctx model version 4 fixtures
         make_ctx4()
+    elif sys.argv[1:] == ["--ctx5"]:  # only the ctx model version 5 fixtures (the default)
+        make_ctx5()
+    elif sys.argv[1:] == ["--v15"]:  # every .co3 rewritten, the sources kept
+        make_v15()
     elif sys.argv[1:] == ["--steps"]:  # only the step-group fixtures
         make_steps()
     elif sys.argv[1:] == ["--same"]:  # only the equal-layer fixtures
