@@ -231,7 +231,7 @@ def _gennorm_unit_mse(mags: np.ndarray, edges: np.ndarray, beta: float, c) -> np
     from scipy import special
 
     c = np.atleast_1d(np.asarray(c, dtype=np.float64))[:, None]
-    w = (edges[None, :] / c) ** beta  # (nc, K)
+    w = _pow(edges[None, :] / c, beta)  # (nc, K)
     ones, zeros = np.ones((c.shape[0], 1)), np.zeros((c.shape[0], 1))
     mom = []
     for j in range(3):
@@ -242,6 +242,23 @@ def _gennorm_unit_mse(mags: np.ndarray, edges: np.ndarray, beta: float, c) -> np
         mom.append(diff * math.exp(special.gammaln(a) - special.gammaln(1 / beta)))
     v = mags[None, :] / c
     return np.sum(mom[2] - 2 * v * mom[1] + v * v * mom[0], axis=1)
+
+
+# The MSE optimisers below search flat minima, where a last-bit difference in the objective
+# moves the optimum by up to ~1e-5 (measured: numpy's AVX-512 ``exp`` and ``**`` against its
+# AVX2 ones changed a gennorm-mse scale by 150 float32 ulps, and the file's bytes). Their
+# transcendental functions therefore come from ``math`` (the C library), not from numpy's
+# kernels chosen by CPU; numpy's sums and arithmetic are the same on every CPU (checked).
+
+
+def _pow(a: np.ndarray, p: float) -> np.ndarray:
+    """``a ** p`` elementwise by ``math.pow`` (not numpy's CPU-dispatched kernels)."""
+    return np.array([math.pow(v, p) for v in a.ravel().tolist()]).reshape(a.shape)
+
+
+def _exp(a) -> np.ndarray:
+    """``exp(a)`` elementwise by ``math.exp``."""
+    return np.array([math.exp(v) for v in np.ravel(a).tolist()])
 
 
 def gennorm_quant_mse(grid, beta: float, c) -> np.ndarray | float:
@@ -271,7 +288,7 @@ def _mse_unit_scale(grid_id, mags_b: bytes, edges_b: bytes, beta: float) -> floa
     z_lo = float(special.gammaincinv(a, 0.25)) ** a
     z_hi = float(special.gammainccinv(a, 1e-30)) ** a
     lc = np.linspace(math.log(mags[-1] / z_hi), math.log(mags[-1] / z_lo), 97)
-    mse = _gennorm_unit_mse(mags, edges, beta, np.exp(lc))
+    mse = _gennorm_unit_mse(mags, edges, beta, _exp(lc))
     # refine the three best local minima of the coarse scan with a bounded Brent search
     interior = [i for i in range(len(lc))
                 if (i == 0 or mse[i] <= mse[i - 1]) and (i == len(lc) - 1 or mse[i] <= mse[i + 1])]
@@ -361,7 +378,7 @@ def empirical_mse_scale(x: np.ndarray, grid, points: int = 129) -> float | None:
     amax, lo = sm.a[-1], sm.a[nz + (sm.n - nz) // 2]
     lo = lo if lo < amax else amax / 2
     lt = np.linspace(math.log(lo), math.log(2 * amax), points)
-    f = sm.mse(grid, top / np.exp(lt))
+    f = sm.mse(grid, top / _exp(lt))
     best_t, best_f = math.log(amax), float(sm.mse(grid, top / amax)[0])  # absmax
     if f.min() < best_f:
         best_t, best_f = float(lt[np.argmin(f)]), float(f.min())

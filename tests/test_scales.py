@@ -126,3 +126,35 @@ def test_co3_poly_never_sends_only_zeros():
         assert info.fallback and info.used == "empirical-mse" and "only zeros" in info.reason
         assert info.scale == compute_scale(x, FP4, "empirical-mse")
         assert qmse(x, FP4, info.scale) < 0.5 * float(np.mean(x.astype(np.float64) ** 2))
+
+
+# every SIMD target numpy dispatches to above x86-64-v2 (unknown names are ignored elsewhere)
+_NO_DISPATCH = ("AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR "
+                "X86_V4 AVX2 FMA3 X86_V3 ASIMDHP ASIMDDP ASIMDFHM SVE")
+_SCALES_SCRIPT = """
+import numpy as np
+from co3cli.formats import get_grid
+from co3cli.scales import empirical_mse_scale, gennorm_mse_unit_scale
+rng = np.random.default_rng(3)
+x = (rng.standard_normal(20000) * rng.exponential(1.0, 20000)).astype(np.float32)
+out = [f(g) for g in map(get_grid, ("fp8-e5m2", "fp8-e4m3", "fp4-co3"))
+       for f in [lambda g: empirical_mse_scale(x, g)]
+       + [lambda g, b=b: gennorm_mse_unit_scale(g, b) for b in (0.4, 0.7973, 1.0, 1.9)]]
+print(np.array(out, dtype=np.float64).view(np.uint64).tolist())
+"""
+
+
+def test_mse_optimal_scales_do_not_depend_on_numpys_cpu_dispatch():
+    """The MSE optimisers' results (the gennorm-mse unit scale of a fitted beta, the
+    empirical-mse scale of a tensor) are the same float64 whichever SIMD kernels numpy picks for
+    this CPU: with AVX-512 ``exp`` and ``**`` a gennorm-mse scale moved by 150 float32 ulps (and
+    the golden files' bytes) against a machine without; their transcendental functions are
+    libm's. (The GenNorm fit itself is not covered: numpy's float32 exp/log and BLAS dot.)"""
+    import os
+    import subprocess
+    import sys
+
+    runs = [subprocess.run([sys.executable, "-c", _SCALES_SCRIPT], capture_output=True, text=True,
+                           env={**os.environ, **extra}, check=True).stdout
+            for extra in ({}, {"NPY_DISABLE_CPU_FEATURES": _NO_DISPATCH})]
+    assert runs[0] == runs[1] and len(runs[0]) > 50
