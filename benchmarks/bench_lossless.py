@@ -167,16 +167,19 @@ def co3_core(layers, dtype: str, level: str = "fast", fast_module=None):
     from co3cli.coding.lossless import LAYOUTS, LEVELS, LosslessCoder
 
     coder = LosslessCoder(dtype, LEVELS[level])
-    fit = coder.fit if fast_module is None else \
-        (lambda w, cols: fast_module.fit_fast(w, LAYOUTS[dtype], cols))
+    if fast_module is None:
+        fit_encode = coder.fit_encode
+    else:
+        def fit_encode(w, cols):
+            table = fast_module.fit_fast(w, LAYOUTS[dtype], cols)
+            return table, table.encode_steps(w, cols)
     coded = []
 
     def enc():
         coded.clear()
         for name, w, shape in layers:
             cols = row_length(shape, w.shape[1])
-            table = fit(w, cols)
-            coded.append((table, table.encode_steps(w, cols), cols, w))
+            coded.append((*fit_encode(w, cols), cols, w))
 
     def dec():
         for table, bodies, cols, w in coded:
