@@ -378,8 +378,9 @@ def unpack_join(sym, raw32, tail8, params, out):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _unpack(raw32, tail8, N, R, vals):
-    """The ``N`` packed raw values into ``vals`` (vectorised). Returns OK or E_PAD."""
+def _unpack(raw32, tail8, N, bits, t, rot, R, vals):
+    """The bits the ``N`` packed raw values add to their words (:func:`raw_part`) into
+    ``vals`` (vectorised). Returns OK or E_PAD."""
     C = N // 32
     rmask = np.uint32((1 << R) - 1)
     for j in range(32 if R else 0):
@@ -393,7 +394,8 @@ def _unpack(raw32, tail8, N, R, vals):
         v0 = np.uint64(j * C)
         for c in range(C):
             uc = np.uint64(c)
-            vals[v0 + uc] = ((raw32[a + uc] >> sh) | ((raw32[b + uc] << sh2) & hm)) & rmask
+            v = ((raw32[a + uc] >> sh) | ((raw32[b + uc] << sh2) & hm)) & rmask
+            vals[v0 + uc] = raw_part(np.uint64(v), bits, t, rot)
     if R == 0:
         vals[:N] = 0
     acc = np.uint64(0)
@@ -406,7 +408,7 @@ def _unpack(raw32, tail8, N, R, vals):
             acc |= np.uint64(tail8[k]) << nacc
             k += 1
             nacc += np.uint64(8)
-        vals[i] = np.uint32(acc & m64)
+        vals[i] = np.uint32(raw_part(acc & m64, bits, t, rot))
         acc >>= uR
         nacc -= uR
     return E_PAD if acc != 0 else OK
@@ -419,7 +421,7 @@ def _expand(sym, vals, bits, t, rot, R, Z, out):
         ui = np.uint64(i)
         s = np.uint64(sym[ui])
         nz = s < np.uint64(Z)
-        w = sym_part(s, bits, t, rot, R) | raw_part(np.uint64(vals[j]), bits, t, rot)
+        w = sym_part(s, bits, t, rot, R) | np.uint64(vals[j])
         out[ui] = w if nz else (s - np.uint64(Z)) << np.uint64(bits - 1)
         j += np.uint64(nz)
 
@@ -430,11 +432,13 @@ def join_compact(sym, raw32, tail8, N, params, vals, out):
     values of the non-zero ones (unpacked into ``vals``, vectorised, then each given to the
     next non-zero symbol). Returns OK or E_PAD (tail padding bits not 0)."""
     bits, t, R, Z = params[P_BITS], params[P_T], params[P_R], params[P_Z]
-    st = _unpack(raw32, tail8, N, R, vals)
-    vals[N] = 0
     if params[P_ROT]:
+        st = _unpack(raw32, tail8, N, bits, t, 1, R, vals)
+        vals[N] = 0
         _expand(sym, vals, bits, t, 1, R, Z, out)
     else:
+        st = _unpack(raw32, tail8, N, bits, t, 0, R, vals)
+        vals[N] = 0
         _expand(sym, vals, bits, t, 0, R, Z, out)
     return st
 

@@ -3,10 +3,11 @@ bit-exact float32 / bfloat16 / float16 words, two words per rANS symbol.
 
 Data flow, per layer (all steps) and per step::
 
-    words (steps, numel) --fine histogram--> symbols present for each candidate split
-        --pair counts of a sample--> the smallest candidate --exact pair counts--> PairTable
-    one step's words --encode_many3--> 4-lane rANS over pairs of symbols + packed raw bits
-    chunk body --decode_many3 (pairs, then one vectorised join)--> words
+    words (steps, numel) --range pass--> exponents present, t, +-0 words
+        --one pass: every pair's index at the fine split, exact counts--> every coarser
+        split weighed on them --> PairTable (the smallest) + the pairs' indices
+    the pairs' indices --encode_many3--> 8-lane rANS over pairs, raw bits packed from the words
+    chunk body --decode_many3 (the pairs, then one vectorised join)--> words
 
 **Split.**  A word ``w`` of ``bits`` bits loses its ``t`` low bits (0 in every word of the
 layer: float32 values that came from bfloat16 have ``t >= 16``); with ``rot`` its sign moves
@@ -24,20 +25,21 @@ independent (on the MLP dumps the pairs' entropy is 5-18 % below twice the symbo
 inputs, runs of small and of large values, sign runs on convolutions). ``rANS``: eight
 32-bit lanes in ``[2**15, 2**31)``, 16-bit renormalisation words in one shared stream
 (read in the order the backwards encoder wrote them), precision ``p`` (the fit's choice of
-12, 13 or 14 by size), the encoder division-free (exact reciprocals).
+12 or 13 by size; 14 saved 0.05-0.2 % more and decoded 15 % slower, its table no longer in
+L1), the encoder division-free (exact reciprocals).
 
-**Fit** (by measurement, on the counts; :mod:`co3cli.coding.lossless_pair_fit`): a sample
-of at most ``SAMPLE`` words (whole blocks of ``BLOCK`` words of the steps; the whole layer
-when it is that small) is histogrammed by sign, exponent and top mantissa bit (and ORed,
-for ``t``); each candidate split's present symbols follow (at most ``MAX_SYMBOLS``), its
-pairs are counted on the sample, and the candidate and precision of the smallest estimated
-size (pair code length after rounding, table, raw bits, framing) win, unless the raw words
-are smaller (mode raw; a layer under ``MIN_CODED`` entries is raw without a fit).
-``compact`` is chosen when the sample has +-0 words. One pass over the layer then splits
-every word (pair indices and raw values, kept for the encoder: each word is split once)
-and counts the pairs exactly; where the sample missed a symbol or a low bit the fit is
-redone on the whole layer. The exact counts are rounded (``normalize3``: largest
-remainders, integer arithmetic) at each precision and the smallest total wins.
+**Fit** (by measurement, on the counts; :mod:`co3cli.coding.lossless_pair_fit`, one kernel
+call): a vectorised pass finds the range of exponents (and ``t``, the +-0 words); one pass
+gives every pair its index at the *fine* split -- sign, exponent, a top mantissa bit (from
+``K_FROM`` entries), +-0 apart -- and counts them exactly; every coarser split (no top bit,
+the sign raw, +-0 not apart) has its pair counts summed from those, and the split and
+precision of the smallest estimated size (the pairs' code length after the rounding's floor
+of 1, the table, the raw bits, the framing) win, unless the raw words are smaller (mode raw;
+a layer under ``MIN_CODED`` entries is raw without a fit: measured on the benchmark dumps, a
+few KiB more and a fixed cost per layer less). ``compact`` is chosen when the +-0 words'
+raw bits would be over ``COMPACT_FROM`` of the layer's. The winner's counts are rounded
+(``normalize3``: integer arithmetic, the bytes depend on it), and the pairs' indices of the
+counting pass are what the encoder codes: each word is split once.
 
 **Table** (``to_bytes``; the ``.co3`` layer block's table)::
 
