@@ -382,14 +382,20 @@ def fit_layer(words, exp_bits, man_bits, kmax, precisions, compact_from, fixed):
         for i in range(nf):
             lut[fsyms[i]] = i
         fine_pairs(words, fprm, lut, sh, pids, c2)
-    fcounts = np.zeros(fs * fs, dtype=np.int64)
+    nzp = np.empty(fs * nf, dtype=np.int64)  # the fine pairs present, and their counts
+    nzc = np.empty(fs * nf, dtype=np.int64)  # (a candidate's pairs are their images)
     used = np.zeros(nf, dtype=np.bool_)
+    npres = 0
     for q in range(fs * nf):
         c = c2[2 * q] + c2[2 * q + 1]
-        fcounts[q] = c
         if c:
+            nzp[npres] = q
+            nzc[npres] = c
+            npres += 1
             used[q >> sh] = True
             used[q & (fs - 1)] = True
+    nzp = nzp[:npres]
+    nzc = nzc[:npres]
     compact = np.int64(zeros * (man_bits + 1) > compact_from * words.size * bits)
     man = np.int64(low) & ((np.int64(1) << man_bits) - 1)
     t0 = man_bits
@@ -398,7 +404,6 @@ def fit_layer(words, exp_bits, man_bits, kmax, precisions, compact_from, fixed):
         while not (man >> t0) & 1:
             t0 += 1
     nraw = words.size - zeros * compact
-    nzp = np.flatnonzero(fcounts)  # the fine pairs present (a candidate's are their images)
     fa = nzp >> sh
     fb = nzp & (fs - 1)
     est = np.empty(precisions.size)
@@ -409,8 +414,8 @@ def fit_layer(words, exp_bits, man_bits, kmax, precisions, compact_from, fixed):
             syms, idx = coarsen(fsyms, used, E, kf, sf, k, s, compact)
             m = syms.size
             counts = np.zeros(m * m, dtype=np.int64)
-            for j in range(nzp.size):
-                counts[idx[fa[j]] * m + idx[fb[j]]] += fcounts[nzp[j]]
+            for j in range(npres):
+                counts[idx[fa[j]] * m + idx[fb[j]]] += nzc[j]
             R = bits - min(t0, man_bits - k) - (E + k + s)
             est_sizes(counts, precisions, est)
             for pi in range(precisions.size):
@@ -423,12 +428,11 @@ def fit_layer(words, exp_bits, man_bits, kmax, precisions, compact_from, fixed):
     syms, idx = coarsen(fsyms, used, E, kf, sf, bk, bs, compact)
     m = syms.size
     counts = np.zeros(m * m, dtype=np.int64)
-    cmap = np.zeros(fs * fs, dtype=np.uint16)
-    for a in range(nf):
-        for b in range(nf):
-            cmap[(a << sh) | b] = idx[a] * m + idx[b]
-    for fp in nzp:
-        counts[cmap[fp]] += fcounts[fp]
+    cmap = np.zeros(fs * fs, dtype=np.uint16)  # (only the fine pairs present are read)
+    for j in range(npres):
+        p = idx[fa[j]] * m + idx[fb[j]]
+        cmap[nzp[j]] = p
+        counts[p] += nzc[j]
     freqs = np.zeros(m * m, dtype=np.int64)
     normalize3(counts, bp, freqs)
     prm = params_row(bits, min(t0, man_bits - bk), bk, bs, E, compact, m, bp)
