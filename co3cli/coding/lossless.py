@@ -1,6 +1,7 @@
 """Lossless float coding: float32 / bfloat16 / float16 words back bit for bit (table
-version 1: the neighbour-context coder, ``level="max"``; the default fast coder, version 2,
-is :mod:`co3cli.coding.lossless_fast`, over the same symbols).
+version 1: the neighbour-context coder, ``level="max"``; the default fast coder, version 3,
+is :mod:`co3cli.coding.lossless_pairs`; version 2, :mod:`co3cli.coding.lossless_fast` over
+this module's symbols, the default before it, still decodes).
 
 A word is ``sign | exponent field (E bits) | mantissa (M bits)``: float32 (E=8, M=23),
 bfloat16 (8, 7), float16 (5, 10). Data flow, per layer (all steps) and per step::
