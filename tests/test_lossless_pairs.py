@@ -282,6 +282,7 @@ def test_table_values_out_of_range_are_refused():
                 head + uvarints_to_bytes([2, 200, 300]) + pairs,  # a symbol past 2**8
                 head + uvarints_to_bytes([0]) + pairs,  # no symbols
                 head + uvarints_to_bytes([2 ** 40]) + pairs,
+                head[:3] + bytes([1, 0, 4, 12]) + uvarints_to_bytes([129] + [0] * 129) + pairs,
                 head + syms + uvarints_to_bytes([1, 0, 2 ** 62]),
                 head[:3] + bytes([4, 0, 8, 12]) + syms + pairs,  # flags
                 head[:3] + bytes([1, 0, 8, 16]) + syms + pairs,  # precision 16

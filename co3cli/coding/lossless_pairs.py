@@ -83,6 +83,8 @@ MODE_RAW, MODE_PAIRS = 0, 1
 PRECISIONS = np.array([12, 13], dtype=np.int64)  # the fit's choice; a reader takes 10..15
 PRECISION_RANGE = range(10, 16)
 MAX_S = 12  # symbol bits a table may have (symbols < 2**12 + 2 fit 16 bits)
+MAX_SYMBOLS = F.FSTRIDE  # symbols a table may list (128: the fit's fine split has at most as
+# many; a reader's pair arrays: MAX_SYMBOLS**2 entries at most)
 MIN_CODED = 4096  # entries below which a layer is stored raw without a fit
 KMAX = 1  # top mantissa bits a symbol may take
 K_FROM = 1 << 16  # entries from which a layer weighs symbols with them (below, the table's
@@ -150,8 +152,9 @@ class PairTable:
         pos = 7
         (m,), used = uvarints_from_bytes(data[pos:pos + 9], 1, "lossless table")
         pos += used
-        if not 1 <= m <= nsym:
-            raise CorruptDataError(f"lossless table: {m} symbols for an alphabet of {nsym}")
+        if not 1 <= m <= min(nsym, MAX_SYMBOLS):
+            raise CorruptDataError(f"lossless table: {m} symbols for an alphabet of {nsym} "
+                                   f"(at most {MAX_SYMBOLS})")
         m = int(m)
         gaps, used = uvarints_from_bytes(data[pos:pos + 9 * m], m, "lossless table")
         pos += used
