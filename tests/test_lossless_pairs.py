@@ -354,3 +354,21 @@ def test_reciprocal_encoder_divides_exactly_for_every_frequency(precision):
         q = ((x * (a & np.uint64(0xFFFFFFFF))) >> np.uint64(32)) >> (b >> np.uint64(32))
         got = x + ((a >> np.uint64(32)) & np.uint64(0xFFFF)) + q * (a >> np.uint64(48))
         assert np.array_equal(got, (x // f) * np.uint64(M) + x % f + start)
+
+
+def test_cli_report_and_inspect_of_coded_layers(tmp_path, capsys):
+    """``co3 report`` / ``inspect --decode`` of a version-3 file whose layers are coded (the
+    report's reference entropy uses the table's split)."""
+    from conftest import run_cli
+    from test_lossless import write_source
+
+    layers = {"w": (gradient_words("bfloat16", 2, 5000), "bfloat16", (50, 100)),
+              "v": (gradient_words("float16", 2, 70), "float16", (70,))}
+    write_source(tmp_path / "src.h5", layers, 2)
+    out = tmp_path / "g.co3"
+    code, _, err = run_cli("compress", tmp_path / "src.h5", "-o", out, "--format", "f32-lossless",
+                           "-q", capsys=capsys)
+    assert code == 0, err
+    for cmd in (("report",), ("inspect", "--decode")):
+        code, o, err = run_cli(cmd[0], out, *cmd[1:], capsys=capsys)
+        assert code == 0 and "Traceback" not in err, err

@@ -181,6 +181,16 @@ class PairTable:
         freqs[idx] = f
         return cls(layout, MODE_PAIRS, rot, compact, t, R, prec, syms, freqs)
 
+    @property
+    def k(self) -> int:
+        """Top mantissa bits in the symbol (``co3 report``'s reference split)."""
+        return self.S - self.layout.exp_bits - (1 - self.rot)
+
+    @property
+    def width(self) -> int:
+        """Mantissa bits below the symbol's, less the ``t`` dropped ones."""
+        return self.layout.man_bits - self.k - self.t
+
     def config(self) -> dict:
         out = {"mode": "raw" if self.mode == MODE_RAW else "pairs", "version": VERSION}
         if self.mode == MODE_PAIRS:
