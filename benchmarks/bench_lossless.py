@@ -24,7 +24,8 @@ Per dump x type:
   dump's words as one buffer (its best case: one stream). ZipNN 0.5.4 overwrites the
   buffer it compresses (even a ``bytes`` object), so every call gets a fresh copy and the
   round trip is checked against a copy taken before. Without the package the column is the
-  re-implementation below (labelled ``zipnn-reimpl``).
+  re-implementation below (labelled ``zipnn-reimpl``). Both round trips are checked after
+  the timed runs (the check is no part of either decoder's time).
 * ``zstd-19``, ``lzma-6`` over the same buffer.
 
 Timing: process CPU seconds, one thread, co3 and ZipNN interleaved round-robin
@@ -133,12 +134,15 @@ def peers(buf: bytes, dtype: str, zipnn_mod):
             state["c"] = z.compress(bytearray(buf))  # a fresh copy: ZipNN writes into its input
             return len(state["c"])
 
-        def zd():
+        def zd():  # (checked after the timed runs: the check is no part of decoding)
             z = zipnn_mod.ZipNN(bytearray_dtype=dtype, threads=1)
-            back = bytes(z.decompress(state["c"]))
-            if back != buf:
+            state["d"] = z.decompress(state["c"])
+
+        def zcheck():
+            if bytes(state["d"]) != buf:
                 raise AssertionError("zipnn did not round-trip")
 
+        zd.check = zcheck
         out["zipnn"] = (zc, zd)
     else:
         out["zipnn-reimpl"] = (lambda: zipnn_reimpl(buf, dtype), None)
@@ -167,22 +171,31 @@ def co3_core(layers, dtype: str, level: str = "fast", fast_module=None):
     from co3cli.coding.lossless import LAYOUTS, LEVELS, LosslessCoder
 
     coder = LosslessCoder(dtype, LEVELS[level])
-    fit = coder.fit if fast_module is None else \
-        (lambda w, cols: fast_module.fit_fast(w, LAYOUTS[dtype], cols))
+    if fast_module is None:
+        fit_encode = coder.fit_encode
+    else:
+        def fit_encode(w, cols):
+            table = fast_module.fit_fast(w, LAYOUTS[dtype], cols)
+            return table, table.encode_steps(w, cols)
     coded = []
 
     def enc():
         coded.clear()
         for name, w, shape in layers:
             cols = row_length(shape, w.shape[1])
-            table = fit(w, cols)
-            coded.append((table, table.encode_steps(w, cols), cols, w))
+            coded.append((*fit_encode(w, cols), cols, w))
 
-    def dec():
-        for table, bodies, cols, w in coded:
-            if not np.array_equal(table.decode_steps(bodies, w.shape[1], cols), w):
-                raise AssertionError("co3 lossless did not round-trip")
+    decoded = []
 
+    def dec():  # (checked after the timed runs: the check is no part of decoding)
+        decoded[:] = [table.decode_steps(bodies, w.shape[1], cols)
+                      for table, bodies, cols, w in coded]
+
+    def check():
+        if not all(np.array_equal(d, w) for d, (_, _, _, w) in zip(decoded, coded)):
+            raise AssertionError("co3 lossless did not round-trip")
+
+    dec.check = check
     return enc, dec
 
 
@@ -266,6 +279,7 @@ def bench_one(label, path, dtype, zipnn_mod, repeat, tmp, baseline=None):
     enc_max, dec_max = co3_core(layers, dtype, "max")
     enc_max()
     dec_max()
+    dec_max.check()
     t0 = time.process_time()
     enc_max()
     t1 = time.process_time()
@@ -278,9 +292,11 @@ def bench_one(label, path, dtype, zipnn_mod, repeat, tmp, baseline=None):
     zc, zd = ps[zname]
     enc()
     dec()  # compiled, checked
+    dec.check()
     zbytes = zc()
     if zd is not None:
         zd()
+        zd.check()
     tasks = {"co3 enc": enc, "co3 dec": dec, f"{zname} enc": zc}
     if zd is not None:
         tasks[f"{zname} dec"] = zd
@@ -288,8 +304,12 @@ def bench_one(label, path, dtype, zipnn_mod, repeat, tmp, baseline=None):
         benc, bdec = co3_core(layers, dtype, fast_module=baseline)
         benc()
         bdec()
+        bdec.check()
         tasks.update({"base enc": benc, "base dec": bdec})
     t = interleaved(tasks, repeat)
+    for name in ("co3 dec", f"{zname} dec", "base dec"):
+        if name in tasks and hasattr(tasks[name], "check"):
+            tasks[name].check()
     rows = [{"coder": "co3", "bytes": res.nbytes, "bpe": 8 * res.nbytes / entries,
              "enc_mbs": mb / t["co3 enc"], "dec_mbs": mb / t["co3 dec"], "exact": ok},
             {"coder": "co3-max", "bytes": res_max.nbytes, "bpe": 8 * res_max.nbytes / entries,
@@ -308,8 +328,10 @@ def bench_one(label, path, dtype, zipnn_mod, repeat, tmp, baseline=None):
         rows.append({"coder": name, "bytes": n, "bpe": 8 * n / entries, "enc_mbs": mb / (t1 - t0),
                      "dec_mbs": mb / (t2 - t1), "exact": True})
     kinds = {}
-    for table_cfg in res.layers:
-        key = f"k{table_cfg.get('k', '-')}/c{table_cfg.get('contexts', '-')}/{table_cfg['mode']}"
+    for c in res.layers:
+        key = c["mode"] if c["mode"] != "pairs" else \
+            f"{'sign raw' if c['rot'] else 'sign in'}/{'compact' if c['compact'] else 'full'}" \
+            f"/R{c['R']}/p{c['precision']}"
         kinds[key] = kinds.get(key, 0) + 1
     if baseline is not None:
         rows.append({"coder": "co3-baseline", "bytes": None, "bpe": None, "exact": True,
@@ -354,7 +376,7 @@ def markdown(results, meta) -> str:
              f"after: {meta['uptime_after']}: a shared 2-core machine, MB/s are noisy; co3 and "
              "ZipNN are timed interleaved in the same run, so their ratio is the figure to read).",
              "",
-             "co3 = the default (`--format *-lossless`, table version 2, the fast coder); "
+             "co3 = the default (`--format *-lossless`, table version 3, the pair coder); "
              "co3-max = `level=\"max\"` (version 1, neighbour contexts). Bits per entry (every "
              "byte of the co3 file counted; the peers over one buffer of all the dump's words) "
              "and MB/s of raw words (process CPU time; co3 and ZipNN: medians of "
@@ -409,8 +431,8 @@ def markdown(results, meta) -> str:
             lines.append(f"| {res['dump']} | {res['type']} | {sp(b)} | {sp(c)} | "
                          f"{c['enc_mbs'] / b['enc_mbs']:.2f} / {c['dec_mbs'] / b['dec_mbs']:.2f} | "
                          f"{b['enc_mbs'] / z['enc_mbs']:.2f} / {b['dec_mbs'] / zd:.2f} |")
-    lines += ["", "co3 tables chosen (k top mantissa bits in the symbol / contexts / mode: layers):",
-              ""]
+    lines += ["", "co3 tables chosen (the sign in the symbol or raw / compact or full / raw bits R / "
+              "precision: layers; raw: stored as they are):", ""]
     for res in results:
         lines.append(f"- {res['dump']} {res['type']}: {res['co3_tables']}")
     return "\n".join(lines) + "\n"

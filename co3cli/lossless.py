@@ -9,9 +9,10 @@
     grads.co3 --the table's decode--> words --back to each layer's stored type--> dump.h5
 
 The container is the quantized files' (``.co3`` 1.3), with layer blocks only: the header's ``format`` is the lossless format's config
-(``kind: "lossless"``), its ``coder`` ``{"id": "lossless-rans", "version": v}`` (2: the
-default fast coder, :mod:`co3cli.coding.lossless_fast`; 1: ``level="max"``, the
-neighbour-context coder of :mod:`co3cli.coding.lossless`; both decode), ``scale_rule``
+(``kind: "lossless"``), its ``coder`` ``{"id": "lossless-rans", "version": v}`` (3: the
+default fast pair coder, :mod:`co3cli.coding.lossless_pairs`; 1: ``level="max"``, the
+neighbour-context coder of :mod:`co3cli.coding.lossless`; 2: the fast coder of earlier
+files, :mod:`co3cli.coding.lossless_fast`; all three decode), ``scale_rule``
 ``none`` and ``model`` ``exact``; a layer's table is its ``LosslessTable`` (versioned by its
 first byte), each chunk's scale is 1.0, and the layer's metadata records the dump's storage
 type (``stored``) and the fitted parameters. A co3cli before 0.2 refuses such a file (its
@@ -128,11 +129,13 @@ def _header(dump, fmt, coder) -> dict:
 
 
 def compress_lossless(src, dst, *, format, progress=False, threads=None, level="fast",
-                      **options):
+                      _version=None, **options):
     """Compress dump ``src`` into lossless ``.co3`` file ``dst`` (``format``: a lossless id).
-    ``level``: ``fast`` (the default: :mod:`co3cli.coding.lossless_fast`, table version 2)
+    ``level``: ``fast`` (the default: :mod:`co3cli.coding.lossless_pairs`, table version 3)
     or ``max`` (:mod:`co3cli.coding.lossless`'s neighbour-context coder, version 1: smaller
-    on layers with dead units, 5-20x slower). ``options`` are :func:`co3cli.codec.compress`'s
+    on layers with dead units, several times slower). ``_version`` (tests and fixtures
+    only) writes another table version than the level's: 2, the fast coder of co3cli 0.1
+    (:mod:`co3cli.coding.lossless_fast`). ``options`` are :func:`co3cli.codec.compress`'s
     other settings, which must be unset. ``threads`` is checked, and the layers are coded in
     this thread (the bytes never depend on it)."""
     from co3cli.checks import check_int
@@ -148,15 +151,14 @@ def compress_lossless(src, dst, *, format, progress=False, threads=None, level="
     if threads is not None:
         check_int("threads", threads, lo=1)
     with Dump.open(src) as dump, output_file(dst) as f:
-        coder = LosslessCoder(fmt.dtype, LEVELS[level])
+        coder = LosslessCoder(fmt.dtype, _version or LEVELS[level])
         writer = Co3Writer(f, _header(dump, fmt, coder))
         result = LosslessResult(str(dst), 0, 0)
         for name in progress_iter(dump.layers, progress, "compress"):
             raw, stored = read_words(dump, name)
             words = convert(raw, stored, fmt.dtype, f"{dump.label}: layer {name!r}")
             cols = row_length(dump.shape(name), words.shape[1])
-            table = coder.fit(words, cols)
-            bodies = table.encode_steps(words, cols)
+            table, bodies = coder.fit_encode(words, cols)
             meta = {"model": "lossless", "stored": stored, **table.config()}
             nbytes = writer.write_layer(meta, table.to_bytes(), [(1.0, b) for b in bodies])
             result.entries += words.size

@@ -590,9 +590,87 @@ V15_SAYS = {"v15_header_kind.co3": "unknown header kind", "v15_header_cut.co3": 
             "v15_layout.co3": "bad group layout", "v15_stream_v4_table.co3": "model version 5"}
 
 
+def base_lossless():
+    """A small honest lossless file's parts (``--format bf16-lossless``, table version 3):
+    (header dict, [(meta bytes, table, chunks)]) of one coded layer (2 steps of 3000 words,
+    +-0 words: compact mode) and one stored raw."""
+    import tempfile
+
+    import h5py
+
+    from co3cli.container import open_co3
+    from co3cli.lossless import compress_lossless
+
+    rng = np.random.default_rng(7)
+    x = rng.laplace(scale=1e-3, size=(2, 3000)).astype(np.float32)
+    x[rng.random(x.shape) < 0.2] = 0.0
+    w = (x.view(np.uint32) >> 16).astype(np.uint16)
+    tmp = tempfile.TemporaryDirectory()
+    src, dst = Path(tmp.name, "src.h5"), Path(tmp.name, "dst.co3")
+    with h5py.File(src, "w") as f:
+        f.attrs["schema"] = "co3.gradients/1"
+        f.attrs["layers"] = json.dumps(["fc.weight", "fc.bias"])
+        for name, data in (("fc.weight", w), ("fc.bias", w[:, :30].copy())):
+            ds = f.create_dataset(f"grads/{name}", data=data)
+            ds.attrs["shape"] = np.asarray([data.shape[1]], dtype=np.int64)
+            ds.attrs["dtype"] = "bfloat16"
+        f.create_dataset("steps", data=np.arange(2, dtype=np.int64))
+    compress_lossless(src, dst, format="bf16-lossless")
+    with open(dst, "rb") as f:
+        co3 = open_co3(f)
+        parts = [(dumps(b.meta), b.table, list(zip(b.scales.tolist(), b.bodies)))
+                 for b in co3.layers()]
+        header = co3.header
+    tmp.cleanup()
+    return dict(header, created="2026-01-01T00:00:00Z", co3cli_version="0"), parts
+
+
+def _body_lie(body: bytes, fn) -> bytes:
+    """``body`` (a version-3 chunk of 3000 words) with ``fn(parts)`` applied to its parts:
+    [varint, lane states, renormalisation words, raw bytes] (bytearrays)."""
+    n = 0
+    i = 0
+    while True:
+        n |= (body[i] & 0x7F) << (7 * i)
+        i += 1
+        if body[i - 1] < 0x80:
+            break
+    parts = [bytearray(body[:i]), bytearray(body[i:i + 32]), bytearray(body[i + 32:i + 32 + 2 * n]),
+             bytearray(body[i + 32 + 2 * n:])]
+    fn(parts)
+    return b"".join(parts)
+
+
+LOSSLESS_LIES = {  # name -> (table fn, chunk body fn, what a decoder says)
+    "garbage_table": (lambda t: b"\x03\x01\x01" + b"\xff" * 30, None, "table"),
+    "symbols_lie": (lambda t: t[:7] + uvarint(1 << 40) + t[8:], None, "symbols"),
+    "pairs_lie": (lambda t: t[:-3] + b"\x7f", None, "table"),
+    "v2_table": (lambda t: bytes([2]) + t[1:], None, "version"),
+    "low_state": (None, lambda p: p[1].__setitem__(slice(0, 4), b"\x01\x00\x00\x00"),
+                  "wrong coder state"),
+    "words_lie": (None, lambda p: p.__setitem__(0, bytearray(uvarint(len(p[2]) // 2 + 1))),
+                  "left over"),
+    "short_raw": (None, lambda p: p.__setitem__(3, p[3][:-1]), "runs out"),
+    "long_raw": (None, lambda p: p[3].extend(b"\0\0\0\0"), "bytes left over"),
+}
+
+
+def lossless_corpus() -> dict[str, bytes]:
+    """Hostile lossless (version 3) files: a table or a chunk that lies."""
+    h, parts = base_lossless()
+    files = {}
+    for name, (tfn, bfn, _) in LOSSLESS_LIES.items():
+        meta, table, chunks = parts[0]
+        table = table if tfn is None else tfn(table)
+        if bfn is not None:
+            chunks = [(chunks[0][0], _body_lie(chunks[0][1], bfn))] + chunks[1:]
+        files[f"lossless3_{name}.co3"] = build(h, [(meta, table, chunks)] + parts[1:])
+    return files
+
+
 if __name__ == "__main__":
     CORPUS.mkdir(exist_ok=True)
     for name, data in {**corpus(), **group_corpus(), **steps_corpus(), **same_corpus(),
-                       **xref_corpus(), **v15_corpus()}.items():
+                       **xref_corpus(), **v15_corpus(), **lossless_corpus()}.items():
         (CORPUS / name).write_bytes(data)
         print(f"{name}: {len(data)} bytes")

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import run_cli
-from hostile import CORPUS, base, base_groups, bomb_z, build, build_groups, dumps, nested
+from hostile import (CORPUS, LOSSLESS_LIES, base, base_groups, base_lossless, bomb_z, build,
+                     build_groups, dumps, nested)
 
 from co3cli.errors import Co3Error
 
@@ -21,7 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # lies only a decoder (or the report's model fit) can see: plain inspect passes them
 DECODE_ONLY = {"short_bodies.co3": 1, "spliced_layers.co3": 1, "bad_meta_fit.co3": 3,
-               "group_short_bodies.co3": 1, "v15_stream_v4_table.co3": 1}
+               "group_short_bodies.co3": 1, "v15_stream_v4_table.co3": 1,
+               "lossless3_low_state.co3": 1, "lossless3_words_lie.co3": 1,
+               "lossless3_short_raw.co3": 1, "lossless3_long_raw.co3": 1}
 
 
 def refused_everywhere(path, tmp_path, capsys):
@@ -90,6 +93,18 @@ def test_v15_corpus_says_what_is_wrong():
             for b in c.layers():
                 lay = c.header["layers"][b.index]
                 decode_values(b, grid, coder, lay["numel"], lay["shape"])
+
+
+def test_lossless_corpus_says_what_is_wrong(tmp_path, capsys):
+    """The version-3 lies (a table or a chunk): ``decompress`` names what is wrong, in one
+    line; the honest file they come from decodes."""
+    p = write(tmp_path, "ok.co3", build(*base_lossless()))
+    code, o, e = run_cli("decompress", p, "-o", str(tmp_path / "ok.h5"), capsys=capsys)
+    assert code == 0, e
+    for name, (_, _, msg) in LOSSLESS_LIES.items():
+        code, o, e = run_cli("decompress", CORPUS / f"lossless3_{name}.co3", "-o",
+                             str(tmp_path / "x.h5"), capsys=capsys)
+        assert code == 1 and msg in e and e.count("\n") == 1, (name, e)
 
 
 def test_header_bomb_refused(tmp_path, capsys):

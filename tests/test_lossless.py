@@ -284,7 +284,9 @@ def test_corrupt_chunk_inside_a_valid_file_is_one_line(tmp_path):
 
 
 GOLDEN_CASES = ("lossless-f32", "lossless-bf16", "lossless-f16",  # version 1 (level max)
-                "lossless2-f32", "lossless2-bf16", "lossless2-f16")  # version 2 (the default)
+                "lossless2-f32", "lossless2-bf16", "lossless2-f16",  # version 2 (read only)
+                "lossless3-f32", "lossless3-bf16", "lossless3-f16",  # version 3 (the default)
+                "lossless3-big-f32", "lossless3-big-bf16", "lossless3-big-f16")
 
 
 @pytest.mark.parametrize("case", GOLDEN_CASES)
@@ -297,16 +299,18 @@ def test_golden_lossless_decodes_to_its_source_and_re_encodes_to_its_bytes(case,
     from co3cli.lossless import compress_lossless
 
     here = Path(__file__).resolve().parent / "golden"
-    src = here / f"{case.replace('lossless2', 'lossless')}-source.h5"
+    name = case if "big" in case else case.replace("lossless2", "lossless").replace("lossless3",
+                                                                                    "lossless")
+    src = here / f"{name}-source.h5"
     decompress(here / f"{case}.co3", tmp_path / "back.h5")
     back, orig = read_back(tmp_path / "back.h5"), read_back(src)
     assert list(back) == list(orig)
     for name in orig:
         assert back[name][1] == orig[name][1] and np.array_equal(back[name][0], orig[name][0])
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")
-    level = "fast" if case.startswith("lossless2") else "max"
-    compress_lossless(src, tmp_path / "again.co3", format=case.split("-")[1] + "-lossless",
-                      level=level)
+    version = {"lossless-": 1, "lossless2": 2, "lossless3": 3}[case[:9]]
+    compress_lossless(src, tmp_path / "again.co3", format=case.split("-")[-1] + "-lossless",
+                      level="max" if version == 1 else "fast", _version=version)
     new, old = (tmp_path / "again.co3").read_bytes(), (here / f"{case}.co3").read_bytes()
     with open(tmp_path / "again.co3", "rb") as f, open(here / f"{case}.co3", "rb") as g:
         a, b = open_co3(f), open_co3(g)

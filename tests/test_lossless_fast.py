@@ -1,4 +1,5 @@
-"""The fast lossless coder (table version 2, the default of ``--format *-lossless``).
+"""The fast lossless coder of table version 2 (the default of ``--format *-lossless`` before
+version 3; its files still decode, ``compress_lossless(..., _version=2)`` writes it).
 
 Round trips at every k, raw, every step length modulo the 4 lanes, the awkward words (NaN
 payloads, -0.0, Inf, subnormals), float32 values that came from bfloat16 (trailing bits);
@@ -195,18 +196,20 @@ def test_table_values_out_of_range_are_refused():
         LosslessCoder("bfloat16", 1).table_from_bytes(bytes([2, 1, 0]))
 
 
-def test_default_writes_version_2_and_level_max_version_1(tmp_path):
+def test_default_writes_version_3_level_max_version_1_and_version_2_still_reads(tmp_path):
     from co3cli.codec import compress, decompress
     from co3cli.container import open_co3
     from co3cli.lossless import compress_lossless
 
-    layers = {"w": (gradient_words("bfloat16", 2, 900), "bfloat16", (30, 30)),
+    layers = {"w": (gradient_words("bfloat16", 2, 2500), "bfloat16", (50, 50)),
               "v": (gradient_words("float32", 2, 300, 1), "float32", (300,))}
     write_source(tmp_path / "src.h5", layers, 2)
     compress(tmp_path / "src.h5", tmp_path / "fast.co3", format="f32-lossless")
     compress_lossless(tmp_path / "src.h5", tmp_path / "max.co3", format="f32-lossless",
                       level="max")
-    for name, version in (("fast", 2), ("max", 1)):
+    compress_lossless(tmp_path / "src.h5", tmp_path / "v2.co3", format="f32-lossless",
+                      _version=2)
+    for name, version in (("fast", 3), ("max", 1), ("v2", 2)):
         with open(tmp_path / f"{name}.co3", "rb") as f:
             co3 = open_co3(f)
             assert co3.header["coder"] == {"id": "lossless-rans", "version": version}
@@ -221,12 +224,14 @@ def test_default_writes_version_2_and_level_max_version_1(tmp_path):
 
 
 def test_header_coder_version_must_match_its_tables(tmp_path):
-    from co3cli.codec import compress, decompress
+    from co3cli.codec import decompress
     from co3cli.container import Co3Writer, open_co3
+    from co3cli.lossless import compress_lossless
 
     write_source(tmp_path / "src.h5", {"w": (gradient_words("bfloat16", 2, 900), "bfloat16",
                                               (30, 30))}, 2)
-    compress(tmp_path / "src.h5", tmp_path / "g.co3", format="bf16-lossless")
+    compress_lossless(tmp_path / "src.h5", tmp_path / "g.co3", format="bf16-lossless",
+                      _version=2)
     with open(tmp_path / "g.co3", "rb") as f:
         co3 = open_co3(f)
         block = co3.read_layer(0)
@@ -247,7 +252,7 @@ def test_cli_level_picks_the_table_version(tmp_path, capsys):
     from conftest import run_cli
 
     src = SAMPLE_DATA_DIR / "digits-mlp.h5"
-    for level, version in (("max", 1), ("fast", 2), (None, 2)):
+    for level, version in (("max", 1), ("fast", 3), (None, 3)):
         out = tmp_path / f"{level}.co3"
         code, _, err = run_cli("compress", src, "-o", out, "--format", "f32-lossless", "-q",
                                *(["--level", level] if level else []), capsys=capsys)

@@ -26,8 +26,9 @@ KeyEveryOpt = typer.Option(None, "--key-every",
                                 "others are coded given the previous step (default 16; 0: the "
                                 "first step only).")
 LevelOpt = typer.Option(None, "--level",
-                        help="Lossless formats: fast (default: one table per layer, 4-lane rANS) "
-                             "or max (neighbour contexts: smaller on dead units, 4-10x slower).")
+                        help="Lossless formats: fast (default: pairs of words, one table per "
+                             "layer, 8-lane rANS) or max (neighbour contexts: smaller on dead "
+                             "units, 7-20x slower).")
 
 
 def compress_cli(

@@ -1,6 +1,7 @@
 """Lossless float coding: float32 / bfloat16 / float16 words back bit for bit (table
-version 1: the neighbour-context coder, ``level="max"``; the default fast coder, version 2,
-is :mod:`co3cli.coding.lossless_fast`, over the same symbols).
+version 1: the neighbour-context coder, ``level="max"``; the default fast coder, version 3,
+is :mod:`co3cli.coding.lossless_pairs`; version 2, :mod:`co3cli.coding.lossless_fast` over
+this module's symbols, the default before it, still decodes).
 
 A word is ``sign | exponent field (E bits) | mantissa (M bits)``: float32 (E=8, M=23),
 bfloat16 (8, 7), float16 (5, 10). Data flow, per layer (all steps) and per step::
@@ -443,14 +444,16 @@ def fit_table(words: np.ndarray, layout: FloatLayout, cols: int | None = None) -
 
 
 CODER_ID = "lossless-rans"
-LEVELS = {"fast": 2, "max": VERSION}  # level -> table version (co3cli.coding.lossless_fast: 2)
+LEVELS = {"fast": 3, "max": VERSION}  # level -> the table version it writes
+VERSIONS = (1, 2, 3)  # every version a reader decodes (2: co3cli.coding.lossless_fast, the
+# default of co3cli 0.1's later files; 3: co3cli.coding.lossless_pairs)
 
 
 class LosslessCoder:
     """The coder of a lossless ``.co3`` file (header ``coder``: ``{"id": "lossless-rans",
     "version": v}``): parses its layers' tables, which must be of version ``v`` (1: this
-    module's context coder, ``level="max"``; 2: :mod:`co3cli.coding.lossless_fast`, the
-    default ``level="fast"``)."""
+    module's context coder, ``level="max"``; 2: :mod:`co3cli.coding.lossless_fast`, read
+    only; 3: :mod:`co3cli.coding.lossless_pairs`, the default ``level="fast"``)."""
 
     id = CODER_ID
 
@@ -465,9 +468,23 @@ class LosslessCoder:
         """The table this coder writes for a layer's (steps, numel) words."""
         if self.version == VERSION:
             return fit_table(words, self.layout, cols)
-        from co3cli.coding.lossless_fast import fit_fast
+        if self.version == 2:
+            from co3cli.coding.lossless_fast import fit_fast
 
-        return fit_fast(words, self.layout, cols)
+            return fit_fast(words, self.layout, cols)
+        from co3cli.coding.lossless_pairs import fit_pairs
+
+        return fit_pairs(words, self.layout, cols)
+
+    def fit_encode(self, words: np.ndarray, cols: int | None = None):
+        """(table, chunk bodies) of a layer's (steps, numel) words: :meth:`fit` then the
+        table's ``encode_steps`` (version 3 splits every word once for both)."""
+        if self.version == 3:
+            from co3cli.coding.lossless_pairs import fit_encode
+
+            return fit_encode(words, self.layout, cols)
+        table = self.fit(words, cols)
+        return table, table.encode_steps(words, cols)
 
     def table_from_bytes(self, data: bytes, nsym=None):
         try:
@@ -477,9 +494,13 @@ class LosslessCoder:
                                        f"version {self.version}")
             if self.version == VERSION:
                 return LosslessTable.from_bytes(data, self.layout)
-            from co3cli.coding.lossless_fast import FastTable
+            if self.version == 2:
+                from co3cli.coding.lossless_fast import FastTable
 
-            return FastTable.from_bytes(data, self.layout)
+                return FastTable.from_bytes(data, self.layout)
+            from co3cli.coding.lossless_pairs import PairTable
+
+            return PairTable.from_bytes(data, self.layout)
         except CorruptDataError as e:  # the container names the layer
             raise InputError(str(e)) from None
 
@@ -492,7 +513,7 @@ def lossless_setup(header: dict):
     coder = header["coder"]
     if fmt is None or fmt.config() != header["format"] or not isinstance(coder, dict) or \
             coder.get("id") != CODER_ID or type(coder.get("version")) is not int \
-            or coder["version"] not in LEVELS.values() or \
+            or coder["version"] not in VERSIONS or \
             set(coder) != {"id", "version"}:
         raise CorruptDataError(f"header's lossless format {header['format']} / coder "
                                f"{header['coder']} is not one this co3cli reads")

@@ -1,5 +1,7 @@
-"""The fast lossless float coder (table version 2, the default of ``co3 compress --format
-*-lossless``): bit-exact float32 / bfloat16 / float16 words at memory-like speed.
+"""The fast lossless float coder of table version 2 (the default of ``co3 compress --format
+*-lossless`` until version 3, :mod:`co3cli.coding.lossless_pairs`; its files still decode, and
+``co3cli.lossless.compress_lossless(..., _version=2)`` writes it): bit-exact float32 /
+bfloat16 / float16 words.
 
 Data flow, per layer (all steps) and per step::
 

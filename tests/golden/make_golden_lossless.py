@@ -5,11 +5,13 @@
 Each case is a small seeded dump ``<case>-source.h5`` (layers in the stored types the format
 takes, with NaN payloads, signalling NaNs, -0.0, Inf and subnormals in them) and its
 ``co3 compress --format <fmt>`` output ``<case>.co3``: ``lossless-*`` at ``level="max"``
-(table version 1, the files of co3cli 0.1), ``lossless2-*`` the default fast coder (version 2)
-over the same sources. ``tests/test_lossless.py`` checks that
-this version decodes every ``.co3`` back to its source's bits and compresses each source to
-the same blocks (and the same bytes, made by the same co3cli version). A change of the lossless
-bitstream must bump the table's version byte and keep those files decoding.
+(table version 1, the files of co3cli 0.1), ``lossless2-*`` the fast coder of version 2 (the
+default until version 3), ``lossless3-*`` the default pair coder (version 3), all over the
+same sources (which the version-3 coder stores raw: too small; ``lossless3-big-*`` add layers
+it codes, in compact mode with +-0 words and in full mode without them). ``tests/test_lossless.py``
+checks that this version decodes every ``.co3`` back to its source's bits and compresses each
+source to the same blocks (and the same bytes, made by the same co3cli version). A change of
+the lossless bitstream must bump the table's version byte and keep those files decoding.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ SPECIAL = {"float32": [0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 0x7F80000
            "float16": [0x8000, 0x7C00, 0xFC00, 0x7E01, 0x7C01, 0x0001, 0x83FF]}
 
 
-def words(rng, dtype, steps, numel):
+def words(rng, dtype, steps, numel, zeros=0.25):
     x = rng.laplace(scale=1e-3, size=(steps, numel)).astype(np.float32)
-    x[rng.random((steps, numel)) < 0.25] = 0.0
+    x[rng.random((steps, numel)) < zeros] = 0.0
     w = {"float32": lambda: x.view(np.uint32).copy(),
          "bfloat16": lambda: (x.view(np.uint32) >> 16).astype(np.uint16),
          "float16": lambda: x.astype(np.float16).view(np.uint16).copy()}[dtype]()
@@ -67,6 +69,11 @@ def main():
         "lossless-f16": {"fc.weight": (words(rng, "float16", 3, 600), "float16", (20, 30)),
                          "fc.bias": (words(rng, "float16", 3, 20), "float16", (20,))},
     }
+    big = {f"lossless3-big-{k}": {"conv.weight": (words(rng, dtype, 2, 2500), dtype, (50, 50)),
+                                  "dense.weight": (words(rng, dtype, 2, 2500, 0.0), dtype,
+                                                   (25, 100)),
+                                  "conv.bias": (words(rng, dtype, 2, 70), dtype, (70,))}
+           for k, dtype in (("f32", "float32"), ("bf16", "bfloat16"), ("f16", "float16"))}
     from co3cli.lossless import compress_lossless
 
     for case, layers in cases.items():
@@ -74,9 +81,17 @@ def main():
         write(src, layers, 3)
         fmt = case.split("-")[1] + "-lossless"
         compress_lossless(src, HERE / f"{case}.co3", format=fmt, level="max")
+        compress_lossless(src, HERE / f"{case.replace('lossless', 'lossless2')}.co3", format=fmt,
+                          _version=2)
         subprocess.run([sys.executable, "-m", "co3cli", "compress", str(src), "-o",
-                        str(HERE / f"{case.replace('lossless', 'lossless2')}.co3"), "--format",
+                        str(HERE / f"{case.replace('lossless', 'lossless3')}.co3"), "--format",
                         fmt, "-q"], check=True)
+    for case, layers in big.items():
+        src = HERE / f"{case}-source.h5"
+        write(src, layers, 2)
+        subprocess.run([sys.executable, "-m", "co3cli", "compress", str(src), "-o",
+                        str(HERE / f"{case}.co3"), "--format", case.split("-")[2] + "-lossless",
+                        "-q"], check=True)
 
 
 if __name__ == "__main__":
