@@ -72,6 +72,28 @@ def test_text_coder_learns_what_it_was_primed_with():
     assert warm < cold / 3
 
 
+def test_a_primed_state_kept_per_process_is_the_state_priming_gives():
+    """A fresh model primed with a long text a second time copies the kept state: every array
+    and register equal to priming it anew, and the same payload after it."""
+    from co3cli.coding import textcm
+
+    text = bytes(range(256)) * 6 + b"conv.weight 8,8,3,3\n" * 40
+    textcm._SNAPS.pop(text, None)
+    a, b = TextEncoder(len(text) + 600), TextEncoder(len(text) + 600)
+    a.prime(text)          # runs the kernel, keeps the state
+    assert text in textcm._SNAPS
+    b.prime(text)          # copies it
+    for name in ("S", "T", "W", "A1", "A2", "MM", "H", "MH"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    textcm._SNAPS.pop(text)
+    c = TextEncoder(len(text) + 600)
+    c.prime(text[:1000])   # too short to keep, and not fresh afterwards: runs
+    c.prime(text[1000:])
+    assert not any(k.startswith(text[:1000]) for k in textcm._SNAPS)
+    payloads = {m.encode(b"layer1.0.conv2.weight 16,16,3,3\n") or m.finish() for m in (a, b, c)}
+    assert len(payloads) == 1
+
+
 def test_text_coder_is_deterministic_and_empty_costs_four_bytes():
     assert _code([("code", b"abc" * 50)]) == _code([("code", b"abc" * 50)])
     assert len(_code([])) == 4

@@ -95,9 +95,34 @@ class _Model:
                      self.H, self.MH, buf, k.SQUASH, k.STRETCH)
 
     def prime(self, text: bytes) -> None:
-        """Learn ``text`` as if it had been coded, without coding it (both sides must)."""
+        """Learn ``text`` as if it had been coded, without coding it (both sides must).
+
+        A fresh model's state after a text of ``_SNAP_MIN`` bytes or more (the ``.co3``
+        header's dictionary, primed at every open) is kept per process and copied the next
+        time: the same state, ~0.2 ms instead of ~1 microsecond per byte."""
+        text = bytes(text)
         self._room(len(text))
-        self._run(0, np.frombuffer(bytes(text), dtype=np.uint8).copy(), np.zeros(0, dtype=np.uint8))
+        fresh, k = self.used == 0, self._k
+        snap = _SNAPS.get(text) if fresh else None
+        if snap is not None:
+            for name, arr in zip(_SNAP_ARRAYS, snap[1:]):
+                getattr(self, name)[:] = arr
+            self.H[:len(text)] = snap[0][1]
+            self.S[k.S_HP:] = snap[0][0]
+            return
+        self._run(0, np.frombuffer(text, dtype=np.uint8).copy(), np.zeros(0, dtype=np.uint8))
+        if fresh and len(text) >= _SNAP_MIN:
+            if len(_SNAPS) >= _SNAP_COUNT:
+                _SNAPS.pop(next(iter(_SNAPS)))
+            _SNAPS[text] = ((self.S[k.S_HP:].copy(), self.H[:len(text)].copy()),
+                            *(getattr(self, name).copy() for name in _SNAP_ARRAYS))
+
+
+_SNAP_ARRAYS = ("T", "W", "A1", "A2", "MM", "MH")
+"""The model's arrays (with the scalar state after the coder's registers, and the history)."""
+_SNAP_MIN, _SNAP_COUNT = 1024, 2
+_SNAPS: dict = {}
+"""Primed states of fresh models, by their text (at most ``_SNAP_COUNT``, ~2 MB each)."""
 
 
 class TextEncoder(_Model):
