@@ -351,6 +351,32 @@ def test_the_plan_bounds_candidates_and_kept_symbols():
     assert streams.candidates[4] == [2, 0, 3]  # the same name in other streams first
 
 
+def dead_columns(rng, steps=16, rows=64, cols=256, every=4):
+    """A (steps, rows x cols) gradient-like layer whose every ``every``-th column is zero (an
+    input that is always 0: an image's border pixels), and one close to it (zero there too)."""
+    a = (rng.laplace(size=(steps, rows, cols)) * 1e-3).astype(np.float32)
+    a[:, :, ::every] = 0
+    b = a + (rng.laplace(size=a.shape) * 5e-5).astype(np.float32) * (a != 0)
+    return a.reshape(steps, -1), b.reshape(steps, -1)
+
+
+def test_the_estimate_sees_every_column(tmp_path):
+    """The estimate's strided sample of a 2-D layer covers its columns: with a stride that
+    divides the row length (here 4, of 256) it saw only the dead columns, estimated 1.0, and
+    the layer was never tried given its near copy."""
+    from co3cli.references import conditional_ratio
+    from co3cli.tables import scale_and_quantize
+
+    a, b = dead_columns(np.random.default_rng(2))
+    grid = get_grid("fp8-e5m2")
+    sa, sb = (scale_and_quantize(x, grid, None)[1] for x in (a, b))
+    assert conditional_ratio(sb, sa, grid.nsym) < 0.5
+    write_dump(tmp_path / "s.h5", {"raw/w": (a, (64, 256)), "corrected/w": (b, (64, 256))},
+               steps=np.arange(16), attrs={"streams": '["raw", "corrected"]'})
+    res = compress(tmp_path / "s.h5", tmp_path / "s.co3", threads=1)
+    assert {r["name"]: r.get("given") for r in res.layers}["corrected/w"] == "raw/w"
+
+
 def test_a_layer_too_short_to_pay_is_not_coded_given_another(tmp_path):
     """Two 2-entry-per-row layers that agree: a trial that does not save bytes is dropped."""
     rng = np.random.default_rng(1)
