@@ -190,15 +190,16 @@ def _sample(sym: np.ndarray) -> tuple:
 
 def conditional_ratio(sym: np.ndarray, ref: np.ndarray, nsym: int) -> float:
     """Estimated H(sym | ref) / H(sym): order-0 (co-located symbols), Miller-Madow
-    corrected, on at most ``SAMPLE_ENTRIES`` entries (1.0 where ``sym`` is constant)."""
+    corrected, on at most ``SAMPLE_ENTRIES`` entries (1.0 where ``sym`` is constant); the
+    joint counts are those of the pairs seen (memory of the sample's size, whatever nsym)."""
     rows, stride = _sample(sym)
     x = sym[rows, ::stride].ravel().astype(np.int32)
     y = ref[rows, ::stride].ravel().astype(np.int32)
-    joint = np.bincount(y * nsym + x, minlength=nsym * nsym)
-    h = _entropy(joint.reshape(nsym, nsym).sum(axis=0))
+    h = _entropy(np.bincount(x, minlength=nsym))
     if h <= 0:
         return 1.0
-    return (_entropy(joint) - _entropy(joint.reshape(nsym, nsym).sum(axis=1))) / h
+    joint = np.unique(y * nsym + x, return_counts=True)[1]  # the pairs seen, in order
+    return (_entropy(joint) - _entropy(np.bincount(y, minlength=nsym))) / h
 
 
 def eligible(coder) -> bool:

@@ -377,6 +377,31 @@ def test_the_estimate_sees_every_column(tmp_path):
     assert {r["name"]: r.get("given") for r in res.layers}["corrected/w"] == "raw/w"
 
 
+def test_the_estimate_costs_memory_of_its_sample_not_of_the_alphabet_squared():
+    """A 4095-symbol grid's estimate: a joint histogram of nsym**2 bins was 134 MB (per layer
+    and candidate, on every thread at once); the counts of the pairs seen are a few MB, and
+    the estimate is the same number (a 247-symbol grid: the histogram's, bit for bit)."""
+    import tracemalloc
+
+    from co3cli.references import _entropy, _sample, conditional_ratio
+
+    for fmt in ("uniform12", "fp8-e5m2"):
+        nsym = get_grid(fmt).nsym
+        sym, ref = pair(nsym, n=16 * 65536, seed=4)
+        sym, ref = sym.reshape(16, -1), ref.reshape(16, -1)
+        tracemalloc.start()
+        ratio = conditional_ratio(sym, ref, nsym)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 8 << 20, (fmt, peak)
+        rows, stride = _sample(sym)
+        x = sym[rows, ::stride].ravel().astype(np.int64)
+        y = ref[rows, ::stride].ravel().astype(np.int64)
+        joint = np.bincount(y * nsym + x, minlength=nsym * nsym).reshape(nsym, nsym)
+        assert ratio == (_entropy(joint.ravel()) - _entropy(joint.sum(axis=1))) / \
+            _entropy(joint.sum(axis=0))
+
+
 def test_a_layer_too_short_to_pay_is_not_coded_given_another(tmp_path):
     """Two 2-entry-per-row layers that agree: a trial that does not save bytes is dropped."""
     rng = np.random.default_rng(1)
