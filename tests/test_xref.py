@@ -215,6 +215,37 @@ def test_every_decoder_path_agrees(fl_dump, tmp_path):
             decode_step(block, grid, coder, lay["numel"], lay["shape"], 3)
 
 
+def test_threads_share_the_rows_of_a_source_and_of_a_layer_given_it(tmp_path, monkeypatch):
+    """``decode_values`` with workers: a layer that an ``LYX`` block is coded given (decoded
+    whole for the cache) has its rows shared among the threads as any layer's are (its rows
+    were decoded one after another on one thread: the ``raw`` stream of an FL dump, a third of
+    its entries, decompressed on one core whatever ``--threads``)."""
+    from co3cli.codec import decode_values
+    from co3cli.workers import Workers
+
+    a, b = dead_columns(np.random.default_rng(3), steps=4, rows=64, cols=1024, every=1 << 20)
+    write_dump(tmp_path / "s.h5", {"raw/w": (a, (64, 1024)), "corrected/w": (b, (64, 1024))},
+               steps=np.arange(4), attrs={"streams": '["raw", "corrected"]'})
+    compress(tmp_path / "s.h5", tmp_path / "s.co3", threads=1)
+    tasks = []
+    run = Workers.run
+    monkeypatch.setattr(Workers, "run", lambda self, t: tasks.append(len(t)) or run(self, t))
+    with open(tmp_path / "s.co3", "rb") as f, Workers(2) as workers:
+        co3 = open_co3(f)
+        grid, coder = read_co3_setup(co3.header)
+        refs = ReferenceCache(co3)
+        assert refs.wants(0)  # raw/w: corrected/w is coded given it
+        for block in co3.layers():
+            lay = co3.header["layers"][block.index]
+            alone = decode_values(block, grid, coder, lay["numel"], lay["shape"], workers)
+            shared, tasks[:] = tasks[:], []
+            cached = decode_values(block, grid, coder, lay["numel"], lay["shape"], workers, refs)
+            assert np.array_equal(alone, cached)
+            assert tasks == shared[-1:] and shared[-1] >= 2, (block.name, shared, tasks)
+            tasks.clear()
+            refs.done(block.index)
+
+
 def test_the_same_bytes_for_any_thread_count(fl_dump, tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
     compress(fl_dump, tmp_path / "a.co3", threads=1)

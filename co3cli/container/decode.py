@@ -181,29 +181,29 @@ def iter_decode_block(block, grid, coder, numel: int, shape=None, refs=None):
 def decode_block(block, grid, coder, numel: int, shape=None, refs=None,
                  workers=None) -> np.ndarray:
     """Symbols (steps, numel) of one verified layer block (``refs``: a
-    :class:`ReferenceCache`, which is offered them; ``workers``: an ``LYX`` block's rows are
-    shared among them, the same symbols)."""
-    if block.xref is not None:  # LYX: its source's symbols, then each step given them
-        src = None if refs is None else refs.get(block.xref.index)
-        if src is None:
+    :class:`ReferenceCache`, which is offered them; ``workers``: the rows of a block whose
+    steps decode apart, ``LYX`` or not, are shared among them, the same symbols)."""
+    tables, cols = step_tables(block, grid, coder), row_length(shape, numel)
+    if block.joined:  # one chunk: its rows are the steps
+        sym = joined_symbols(block, tables[0], numel, cols)
+    elif block.xref is None and len(block.bodies) == 1:  # one step: the decoded row, no copy
+        sym = next(iter_decode_block(block, grid, coder, numel, shape))[None, :]
+    elif block.xref is None and tables and hasattr(tables[0], "stream"):  # across steps
+        sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
+        for t, row in enumerate(iter_decode_block(block, grid, coder, numel, shape)):
+            sym[t] = row
+    else:  # each step apart (LYX: given that step of its source's symbols, decoded first)
+        src = None if block.xref is None or refs is None else refs.get(block.xref.index)
+        if block.xref is not None and src is None:
             src = decode_block(block.xref, grid, coder, numel, shape, refs, workers)
-        tables, cols = step_tables(block, grid, coder), row_length(shape, numel)
         sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
 
         def rows(lo, hi):
             for t in range(lo, hi):
-                sym[t] = tables[t].decode(block.bodies[t], numel, cols=cols, ref=src[t])
+                sym[t] = tables[t].decode(block.bodies[t], numel, cols=cols) if src is None \
+                    else tables[t].decode(block.bodies[t], numel, cols=cols, ref=src[t])
 
         map_rows(workers, len(block.bodies), numel, rows)
-    elif block.joined:  # one chunk: its rows are the steps
-        sym = joined_symbols(block, step_tables(block, grid, coder)[0], numel,
-                             row_length(shape, numel))
-    elif len(block.bodies) == 1:  # one step: the decoded row itself, no copy
-        sym = next(iter_decode_block(block, grid, coder, numel, shape, refs))[None, :]
-    else:
-        sym = np.empty((len(block.bodies), numel), dtype=np.uint16)
-        for t, row in enumerate(iter_decode_block(block, grid, coder, numel, shape, refs)):
-            sym[t] = row
     if refs is not None:
         refs.put(block.index, sym)
     return sym
