@@ -298,11 +298,12 @@ def same_corpus() -> dict[str, bytes]:
     return {f"same_{name}.co3": build_same(**kw) for name, (kw, _) in SAME_LIES.items()}
 
 
-def xref_block(index: int, source: int, meta_raw: bytes, table: bytes, chunks) -> bytes:
+def xref_block(index: int, source: int, meta_raw: bytes, table: bytes, chunks, **lies) -> bytes:
     """``LYX\0 | index | source | meta_len | meta | table_len | table | chunks | crc``: layer
-    ``index`` coded given layer ``source`` (``co3cli.container.xref``)."""
+    ``index`` coded given layer ``source`` (``co3cli.container.xref``; ``lies``: lengths, as
+    ``layer_block``'s)."""
     b = b"LYX\0" + struct.pack("<I", index) + struct.pack("<I", source) \
-        + layer_block(index, meta_raw, table, chunks)[8:-4]  # from meta_len on; its CRC: anew
+        + layer_block(index, meta_raw, table, chunks, **lies)[8:-4]  # from meta_len on; CRC anew
     return b + struct.pack("<I", zlib.crc32(b))
 
 

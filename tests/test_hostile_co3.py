@@ -291,6 +291,57 @@ def test_fuzz_group_layout(data):
     _check(build_groups((h, meta, table, [tuple(m) for m in members], lone), header=header, **kw))
 
 
+_XREF = None
+
+
+@settings(max_examples=1000 if FUZZ else 40, deadline=None, derandomize=not FUZZ,
+          suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_fuzz_xref_layout(data):
+    """Lies in every field of an ``LYX`` block and of its chain (correct CRCs): a Co3Error or
+    a clean read, through every decoder (whole with a ReferenceCache, per step, a step
+    alone)."""
+    from hostile import assemble, header_block, layer_block, xref_block, xref_parts
+
+    global _XREF
+    if _XREF is None:
+        _XREF = xref_parts()
+    h, parts, (meta, table, chunks), again = _XREF
+    kind = data.draw(st.sampled_from(["source", "index", "meta_len", "table_len", "body_len",
+                                      "meta", "table", "version", "body", "chain", "steps"]))
+    index, source, lies, chain = 2, 0, {}, 0
+    steps = len(h["steps"])
+    if kind == "source":
+        source = data.draw(st.one_of(st.sampled_from([1, 2, 3, 2**31, 2**32 - 1]),
+                                     st.integers(0, 2**32 - 1)))
+    elif kind == "index":
+        index = data.draw(st.integers(0, 2**32 - 1))
+    elif kind in ("meta_len", "table_len"):
+        lies[kind] = data.draw(st.integers(0, 2**32 - 1))
+    elif kind == "body_len":
+        lies["body_lens"] = data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=2,
+                                               max_size=2))
+    elif kind == "meta":
+        meta = data.draw(st.binary(max_size=64))
+    elif kind == "table":
+        table = data.draw(st.binary(max_size=64))
+    elif kind == "version":
+        table = bytes([data.draw(st.integers(0, 255))]) + table[1:]
+    elif kind == "body":
+        chunks = [(s, data.draw(st.binary(max_size=24))) for s, _ in chunks]
+    elif kind == "chain":
+        chain = data.draw(st.integers(1, 6))
+    else:
+        steps = data.draw(st.integers(0, 3))
+    lays = h["layers"] + [{"name": f"fc{k}.weight", "shape": [8, 16], "numel": 128}
+                          for k in range(2, 3 + chain)]
+    blocks = [layer_block(0, *parts[0]), layer_block(1, *parts[1]),
+              xref_block(index, source, meta, table, chunks, **lies)]
+    blocks += [xref_block(k, k - 1, meta, table, again) for k in range(3, 3 + chain)]
+    head = dict(h, layers=lays, steps=list(range(steps)))
+    _check(assemble(header_block(zlib.compress(dumps(head), 9)), blocks), every_path=True)
+
+
 def open_offsets(blob: bytes) -> list[int]:
     import io
 
@@ -299,18 +350,25 @@ def open_offsets(blob: bytes) -> list[int]:
     return sorted(set(open_co3(io.BytesIO(blob)).offsets))
 
 
-def _check(blob):
+def _check(blob, every_path=False):
     import io
 
     from co3cli.codec import iter_decode_block, read_co3_setup
     from co3cli.container import open_co3
+    from co3cli.container.decode import ReferenceCache, decode_block, decode_step
 
     try:
         co3 = open_co3(io.BytesIO(blob))
         grid, coder = read_co3_setup(co3.header)
+        refs = ReferenceCache(co3) if every_path else None
         for block in co3.layers():
             lay = co3.header["layers"][block.index]
             for _ in iter_decode_block(block, grid, coder, lay["numel"], lay["shape"]):
                 pass
+            if every_path:
+                decode_block(block, grid, coder, lay["numel"], lay["shape"], refs)
+                for t in range(len(block.scales)):
+                    decode_step(block, grid, coder, lay["numel"], lay["shape"], t)
+                refs.done(block.index)
     except Co3Error:
         pass
