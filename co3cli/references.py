@@ -42,7 +42,8 @@ from co3cli.workers import map_rows
 MAX_CANDIDATES = 3
 """Earlier same-shaped layers a layer may be coded given (each costs an estimate)."""
 KEEP_BYTES = 256 << 20
-"""Symbols (uint16) kept at once for later layers to be coded given them."""
+"""Symbols (uint16) kept at once for later layers to be coded given them (the readers'
+``ReferenceCache`` holds as many: each source of a file is decoded once)."""
 SAMPLE_ENTRIES = 1 << 16
 """Entries the conditional-entropy estimate sees (strided entries of up to ``SAMPLE_ROWS``
 evenly spaced steps)."""
@@ -93,11 +94,12 @@ class ReferencePlan:
         for i, cands in self.candidates.items():
             for j in cands:
                 last[j] = max(last.get(j, i), i)
-        # keep a layer's symbols from its encoding to its last user, within keep_bytes
+        # keep a layer's symbols from its encoding until its last user is written (as a
+        # reader's ReferenceCache does until it is decoded), within keep_bytes
         kept: dict[int, int] = {}
         live, held = [], 0  # (last user, bytes) of the kept layers still held
         for j in sorted(last):
-            while live and live[0][0] <= j:
+            while live and live[0][0] < j:  # a last user j: still held when j's come
                 held -= heapq.heappop(live)[1]
             size = 2 * steps * int(np.prod(shapes[j], dtype=np.int64))
             if held + size <= keep_bytes:

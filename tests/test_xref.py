@@ -373,13 +373,50 @@ def test_the_plan_bounds_candidates_and_kept_symbols():
     plan = ReferencePlan(names, shapes, grouped=[3], steps=10, keep_bytes=3 * 2 * 10 * 4096)
     assert all(len(c) <= MAX_CANDIDATES for c in plan.candidates.values())
     assert 3 not in plan.last and all(3 not in c for c in plan.candidates.values())
-    assert plan.candidates[41] == [40] and plan.candidates[5] == [4, 2, 1]
-    live = [sum(2 * 10 * 4096 for j, end in plan.last.items() if j < i <= end and j < 40)
+    # 0, 1 and 2 kept; 4 is not (0 is held until 4, its last user, is written)
+    assert plan.candidates[41] == [40] and plan.candidates[5] == [2, 1]
+    live = [sum(2 * 10 * 4096 for j, end in plan.last.items() if j <= i <= end and j < 40)
             for i in range(40)]
     assert max(live) <= 3 * 2 * 10 * 4096
     streams = ReferencePlan(["raw/a", "raw/b", "corrected/a", "corrected/b", "decoded/a"],
                             [(4, 4)] * 5, [], 2, ["raw", "corrected", "decoded"])
     assert streams.candidates[4] == [2, 0, 3]  # the same name in other streams first
+
+
+def test_a_file_decodes_each_source_once_in_the_cache_the_plan_assumed(tmp_path, monkeypatch):
+    """The plan keeps a layer's symbols until its last user is written, as the reader's
+    ``ReferenceCache`` does until it is decoded: with the same budget (3 layers here) every
+    source fits and is decoded once (the plan dropped a source at its last user's turn, so
+    ``x3`` was kept while ``x0``, ``x1``, ``x2`` were held: the cache refused it, and ``x6``,
+    coded given ``x3``, decoded ``x3`` and ``x0`` again)."""
+    import co3cli.codec as codec
+    from co3cli.container import decode
+    from co3cli.references import ReferencePlan
+
+    steps, size = 2, 2 * 2 * 64 * 1024
+    monkeypatch.setattr(ReferencePlan.__init__, "__defaults__", (None, 3 * size))
+    monkeypatch.setattr(ReferenceCache.__init__, "__defaults__", (3 * size,))
+    plan = ReferencePlan([f"l{i}" for i in range(40)], [(64, 64)] * 40, [], 10,
+                         keep_bytes=3 * 2 * 10 * 4096)
+    for i in plan.last:  # held when i's symbols come: the layers kept until i or later
+        assert sum(1 for j, end in plan.last.items() if j < i <= end) + 1 <= 3, i
+    rng = np.random.default_rng(0)
+    xs = [(rng.laplace(size=(steps, 64 * 1024)) * 1e-3).astype(np.float32) for _ in range(3)]
+    for k in (0, 1, 2, 3):  # x3 close to x0, x4 to x1, x5 to x2, x6 to x3
+        xs.append(xs[k] + (rng.laplace(size=xs[k].shape) * 5e-5).astype(np.float32))
+    write_dump(tmp_path / "s.h5", {f"x{i}": (x, (64, 1024)) for i, x in enumerate(xs)},
+               steps=np.arange(steps))
+    res = compress(tmp_path / "s.h5", tmp_path / "s.co3", threads=1)
+    given = {r["name"]: r.get("given") for r in res.layers}
+    assert [given[f"x{i}"] for i in (3, 4, 5)] == ["x0", "x1", "x2"]
+    names = []
+    decode_block = decode.decode_block
+    monkeypatch.setattr(codec, "decode_block",
+                        lambda block, *a: names.append(block.name) or decode_block(block, *a))
+    monkeypatch.setattr(decode, "decode_block",
+                        lambda block, *a: names.append(block.name) or decode_block(block, *a))
+    decompress(tmp_path / "s.co3", tmp_path / "d.h5", threads=1)
+    assert sorted(names) == sorted(set(names)), names
 
 
 def dead_columns(rng, steps=16, rows=64, cols=256, every=4):
