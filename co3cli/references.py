@@ -35,15 +35,12 @@ import numpy as np
 
 from co3cli.container.framing import table_field_bytes
 from co3cli.container.chunks import LAYER_HEAD
-from co3cli.container.xref import MAX_CHAIN, XREF_CODER, XREF_FROM, XREF_HEAD
+from co3cli.container.xref import KEEP_BYTES, MAX_CHAIN, XREF_CODER, XREF_FROM, XREF_HEAD
 from co3cli.varint import uvarint
 from co3cli.workers import map_rows
 
 MAX_CANDIDATES = 3
 """Earlier same-shaped layers a layer may be coded given (each costs an estimate)."""
-KEEP_BYTES = 256 << 20
-"""Symbols (uint16) kept at once for later layers to be coded given them (the readers'
-``ReferenceCache`` holds as many: each source of a file is decoded once)."""
 SAMPLE_ENTRIES = 1 << 16
 """Entries the conditional-entropy estimate sees (strided entries of up to ``SAMPLE_ROWS``
 evenly spaced steps)."""

@@ -393,6 +393,10 @@ def test_a_file_decodes_each_source_once_in_the_cache_the_plan_assumed(tmp_path,
     from co3cli.container import decode
     from co3cli.references import ReferencePlan
 
+    from co3cli.container.xref import KEEP_BYTES
+
+    assert ReferencePlan.__init__.__defaults__[-1] == KEEP_BYTES  # one budget, both sides
+    assert ReferenceCache.__init__.__defaults__ == (KEEP_BYTES,)
     steps, size = 2, 2 * 2 * 64 * 1024
     monkeypatch.setattr(ReferencePlan.__init__, "__defaults__", (None, 3 * size))
     monkeypatch.setattr(ReferenceCache.__init__, "__defaults__", (3 * size,))

@@ -24,6 +24,7 @@ import numpy as np
 from co3cli.coding import coder_from_config, row_length
 from co3cli.coding.raw import RawTable
 from co3cli.container.tableset import KIND_RAW
+from co3cli.container.xref import KEEP_BYTES
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.formats import get_grid
 from co3cli.workers import map_rows
@@ -122,7 +123,7 @@ class ReferenceCache:
     at most ``limit`` bytes of them (beyond it a source is decoded again where needed: the
     same symbols).  Thread-safe."""
 
-    def __init__(self, co3, limit: int = 256 << 20):
+    def __init__(self, co3, limit: int = KEEP_BYTES):
         self._last = co3.reference_users()  # source -> the last layer coded given it
         self._sym: dict[int, np.ndarray] = {}
         self._left = limit
