@@ -99,6 +99,9 @@ def report_co3(path, name: str | None = None, progress: bool = False, keep_hist:
 
             return report_lossless(co3, name or str(path), progress)
         grid, coder = read_co3_setup(co3.header)
+        if not co3.header["steps"]:  # (a reader takes it; there is nothing to measure)
+            raise InputError(f"{name or path}: the file holds no step, no bits per entry to "
+                             "report")
         refs = ReferenceCache(co3)  # LYX blocks' sources, decoded once
         layers = []
         for block in progress_iter(co3.layers(), progress, "report", total=len(co3.offsets)):

@@ -52,6 +52,23 @@ def test_honest_file_from_the_builder_reads(tmp_path, capsys):
         assert code == 0, e
 
 
+def test_a_file_of_no_step_is_reported_as_such_in_one_line(tmp_path, capsys):
+    """A header of no step passes the reader (its layers hold no chunk); ``report`` has nothing
+    to measure and says so (it divided by zero: a traceback), ``decompress`` refuses it."""
+    from hostile import assemble, dumps, header_block, layer_block
+
+    h, parts = base(2)
+    blob = assemble(header_block(zlib.compress(dumps(dict(h, steps=[], loss=[])), 9)),
+                    [layer_block(i, meta, table, []) for i, (meta, table, _) in enumerate(parts)])
+    p = write(tmp_path, "nosteps.co3", blob)
+    for cmd, says in ((("report",), "no step"), (("decompress", "-o", str(tmp_path / "d.h5")),
+                                                 "steps")):
+        code, o, e = run_cli(cmd[0], p, *cmd[1:], capsys=capsys)
+        assert code == 1 and "Traceback" not in e and e.count("\n") == 1 and says in e, (cmd, e)
+    code, o, e = run_cli("inspect", p, "--decode", capsys=capsys)
+    assert code == 0, e
+
+
 def test_honest_group_file_from_the_builder_reads(tmp_path, capsys):
     p = write(tmp_path, "ok.co3", build_groups())
     for cmd in (("inspect", "--decode"), ("report",), ("decompress", "-o", str(tmp_path / "d.h5"))):
