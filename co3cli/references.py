@@ -80,8 +80,8 @@ class ReferencePlan:
             if i in grouped:
                 continue
             stem = (shapes[i], _stem(name, streams))
-            near = by_stem.get(stem, [])[::-1][:MAX_CANDIDATES] + \
-                by_shape.get(shapes[i], [])[::-1][:2 * MAX_CANDIDATES]
+            near = by_stem.get(stem, [])[-MAX_CANDIDATES:][::-1] + \
+                by_shape.get(shapes[i], [])[-2 * MAX_CANDIDATES:][::-1]
             cands = list(dict.fromkeys(near))[:MAX_CANDIDATES]  # the same name first, nearest
             if cands:
                 self.candidates[i] = cands
