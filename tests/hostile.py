@@ -448,7 +448,7 @@ def text_header(flags: int, lines: bytes, js: bytes, binary: bytes, *, lens=None
     enc = TextEncoder(len(PRIME) + (1 << 22))
     enc.prime(PRIME)
     enc.encode(bytes([flags]) + uvarint(lens[0]) + lines)
-    enc.prime(_guess(layers)[:_guess_cap(len(lines))])
+    enc.prime(_guess(layers, _guess_cap(len(lines))))
     enc.encode(uvarint(lens[1]) + js + uvarint(lens[2]) + binary)
     return bytes([kind]) + enc.finish()
 
