@@ -334,6 +334,10 @@ WRITER_ERRORS = {
         lambda w: w.add_layer("/a", np.ones((2, 3)), (3,)),
         "not a valid relative HDF5 path",
     ),
+    "NUL in a name": (
+        lambda w: w.add_layer("\0a", np.ones((2, 3)), (3,)),
+        "not a valid relative HDF5 path",
+    ),
     "steps vs rows": (
         lambda w: (w.add_layer("a", np.ones((2, 3)), (3,)), w.set_steps([1, 2, 3])),
         "steps has 3 rows/steps but earlier data has 2",

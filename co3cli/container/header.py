@@ -165,7 +165,7 @@ def header_problem(h) -> str | None:
             return f"layer {i} ({lay['name'][:80]!r}): numel {lay['numel']} does not match its shape"
         name = lay["name"]
         parts = name.split("/")
-        if not name or any(p in ("", ".", "..") for p in parts):
+        if not name or any(p in ("", ".", "..") for p in parts) or "\0" in name:
             return f"layer {i}: name {name[:80]!r} is not a valid relative HDF5 path"
         if name in names or any("/".join(parts[:k]) in names for k in range(1, len(parts))):
             return f"layer {i}: name {name[:80]!r} repeats or nests under another layer's name"

@@ -46,10 +46,10 @@ def check_layer_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise InputError(f"layer name {name!r} is not a non-empty string")
     parts = name.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    if any(p in ("", ".", "..") for p in parts) or "\0" in name:
         raise InputError(
             f"layer name {name!r} is not a valid relative HDF5 path "
-            "(no leading/trailing '/', no empty, '.' or '..' components)"
+            "(no leading/trailing '/', no empty, '.' or '..' components, no NUL)"
         )
     return name
 
