@@ -346,6 +346,18 @@ WRITER_ERRORS = {
 }
 
 
+@pytest.mark.parametrize("value, says", [(2**64, "an integer beyond 64 bits"),
+                                          (-2**63 - 1, "an integer beyond 64 bits"),
+                                          ("a\0b", "a string with a NUL")])
+def test_attrs_hdf5_cannot_hold_are_refused_in_one_line(tmp_path, value, says):
+    """HDF5 holds 64-bit integers and C strings (h5py raised TypeError / ValueError)."""
+    with pytest.raises(InputError, match=f"attribute 'x': {says}"):
+        DumpWriter(tmp_path / "out.h5", {"x": value})
+    assert _no_leftovers(tmp_path) == []
+    write_dump(tmp_path / "ok.h5", {"a": (np.ones((1, 2), np.float32), (2,))}, steps=[0],
+               attrs={"x": 2**64 - 1, "y": -2**63, "z": "a b"})
+
+
 @pytest.mark.parametrize("case", sorted(WRITER_ERRORS))
 def test_writer_errors_leave_no_file(tmp_path, case):
     action, message = WRITER_ERRORS[case]

@@ -115,6 +115,23 @@ def test_header_bomb_refused(tmp_path, capsys):
     refused_everywhere(p, tmp_path, capsys)
 
 
+@pytest.mark.parametrize("value", [2**70, "a\0b"])
+def test_source_attrs_hdf5_cannot_hold_refused_by_decompress(tmp_path, capsys, value):
+    """A header's source attribute no dump can have (an integer beyond 64 bits, a string with
+    a NUL): ``decompress`` refuses it in one line and leaves nothing (it raised TypeError /
+    ValueError from h5py); the readers that write no dump take the file."""
+    h, parts = base()
+    p = write(tmp_path, "attr.co3", build(dict(h, source={"task": "x", "bad": value}), parts))
+    for cmd in (("inspect", "--decode"), ("report",)):
+        code, o, e = run_cli(cmd[0], p, *cmd[1:], capsys=capsys)
+        assert code == 0, e
+    out = tmp_path / "out"
+    out.mkdir()
+    code, o, e = run_cli("decompress", p, "-o", out / "d.h5", capsys=capsys)
+    assert code == 1 and e.startswith("co3: error:") and e.count("\n") == 1, e
+    assert "attribute 'bad'" in e and os.listdir(out) == []
+
+
 def test_declared_steps_beyond_file_refused(tmp_path, capsys):
     h, parts = base()
     p = write(tmp_path, "steps.co3", build(dict(h, steps=[0] * 1_000_000), parts))

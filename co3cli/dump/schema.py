@@ -58,6 +58,10 @@ def attr_value(key: str, value: Any) -> Any:
     """Convert a Python value to something h5py stores as an attribute."""
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(value, sort_keys=True)
+    if isinstance(value, int) and not -2**63 <= value < 2**64:
+        raise InputError(f"attribute {key!r}: an integer beyond 64 bits does not fit HDF5")
+    if isinstance(value, str) and "\0" in value:
+        raise InputError(f"attribute {key!r}: a string with a NUL does not fit HDF5")
     if isinstance(value, (str, bool, int, float, np.generic, np.ndarray)):
         return value
     if isinstance(value, os.PathLike):
