@@ -106,8 +106,8 @@ On the check's small held-out dumps (``benchmarks/results/rate_check.md``): 3-5 
 
 Small files (1.5, every file written now): the header's text coded by a context-mixing model
 primed with an example header and a guess of the torch module repr from the layer names and
-shapes (``co3cli.container.hcm``, ``hprime``: 440-510 -> 220-310 bytes on the check's small
-dumps, every key and value kept), the trailer as block sizes and each layer's block index
+shapes (``co3cli.container.hcm``, ``hprime``: 316-509 -> 174-307 bytes on the check's small
+dumps, ``benchmarks/results/small_files.md``, every key and value kept), the trailer as block sizes and each layer's block index
 (44 -> 16 bytes with one block), and a ``GRC`` group of a ``ctx`` coder of model version 5
 coded as *one stream* of segments (layouts 2 and 3: one final state for the group, the
 adaptive statistics carried from member to member, in layout 3 each member's previous step
