@@ -132,6 +132,39 @@ def test_source_attrs_hdf5_cannot_hold_refused_by_decompress(tmp_path, capsys, v
     assert "attribute 'bad'" in e and os.listdir(out) == []
 
 
+def test_deep_layer_paths_are_checked_in_linear_time_and_memory():
+    """Whether a layer's name nests under another's is found without building every folder
+    of every name (a name of n components made n**2 bytes of them: a 1 MB layer line, a few
+    hundred bytes of 1.5 header, asked for 250 GB)."""
+    import tracemalloc
+
+    from co3cli.container.header import header_problem
+
+    h = dict(base()[0], steps=[0])
+    deep = "/".join(["a"] * 6000)
+    tracemalloc.start()
+    try:
+        ok = header_problem(dict(h, layers=[{"name": deep, "numel": 1, "shape": [1]}]))
+        nested = header_problem(dict(h, layers=[{"name": deep, "numel": 1, "shape": [1]},
+                                                {"name": deep[:7], "numel": 1, "shape": [1]}]))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert ok is None and "is also a folder" in nested
+    assert peak < 2 << 20, peak  # (every folder: 36 MB)
+    for layers, says in (([deep[:3], deep], "layer 1: name 'a/a/a/a"),
+                         ([deep, deep[:3]], "layer name 'a/a' is also a folder"),
+                         (["a.b", "a/c", "a"], "layer name 'a' is also a folder"),
+                         (["a", "a.b", "a/c"], "layer 2: name 'a/c' repeats or nests"),
+                         (["a", "b", "a"], "layer 2: name 'a' repeats"),
+                         (["a-b/c", "a/b", "a-b"], "layer name 'a-b' is also a folder")):
+        lays = [{"name": n, "numel": 1, "shape": [1]} for n in layers]
+        assert says in (header_problem(dict(h, layers=lays)) or ""), (layers, says)
+    for layers in (["a", "ab/c", "a.b/c", "a b"], ["a/b", "a/c/d", "a/cd"]):
+        lays = [{"name": n, "numel": 1, "shape": [1]} for n in layers]
+        assert header_problem(dict(h, layers=lays)) is None, layers
+
+
 def test_declared_steps_beyond_file_refused(tmp_path, capsys):
     h, parts = base()
     p = write(tmp_path, "steps.co3", build(dict(h, steps=[0] * 1_000_000), parts))
