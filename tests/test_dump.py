@@ -201,6 +201,11 @@ CASES = {
         lambda f: f.attrs.__setitem__("layers", "fc1"),
         "'layers' is not a JSON list",
     ),
+    "layer 64 folders deep": (
+        lambda f: f.create_dataset("grads/" + "a/" * 64 + "b", data=np.zeros((3, 4), np.float32)
+                                   ).attrs.__setitem__("shape", np.array([4])),
+        "has 64 folders (limit 63)",
+    ),
 }
 
 

@@ -134,26 +134,26 @@ def test_source_attrs_hdf5_cannot_hold_refused_by_decompress(tmp_path, capsys, v
 
 def test_deep_layer_paths_are_checked_in_linear_time_and_memory():
     """Whether a layer's name nests under another's is found without building every folder
-    of every name (a name of n components made n**2 bytes of them: a 1 MB layer line, a few
-    hundred bytes of 1.5 header, asked for 250 GB)."""
+    of every name (a name of n components of c bytes made c * n**2 / 2 bytes of them: a 1 MB
+    layer line of 500,000, a few hundred bytes of 1.5 header, asked for 250 GB)."""
     import tracemalloc
 
     from co3cli.container.header import header_problem
 
     h = dict(base()[0], steps=[0])
-    deep = "/".join(["a"] * 6000)
+    deep = "/".join(["a" * 10_000] * 60)
     tracemalloc.start()
     try:
         ok = header_problem(dict(h, layers=[{"name": deep, "numel": 1, "shape": [1]}]))
         nested = header_problem(dict(h, layers=[{"name": deep, "numel": 1, "shape": [1]},
-                                                {"name": deep[:7], "numel": 1, "shape": [1]}]))
+                                                {"name": deep[:20_001], "numel": 1, "shape": [1]}]))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert ok is None and "is also a folder" in nested
-    assert peak < 2 << 20, peak  # (every folder: 36 MB)
-    for layers, says in (([deep[:3], deep], "layer 1: name 'a/a/a/a"),
-                         ([deep, deep[:3]], "layer name 'a/a' is also a folder"),
+    assert peak < 6 << 20, peak  # (every folder: 18 MB)
+    for layers, says in ((["a", "a/a/a"], "layer 1: name 'a/a/a'"),
+                         (["a/a/a", "a/a"], "layer name 'a/a' is also a folder"),
                          (["a.b", "a/c", "a"], "layer name 'a' is also a folder"),
                          (["a", "a.b", "a/c"], "layer 2: name 'a/c' repeats or nests"),
                          (["a", "b", "a"], "layer 2: name 'a' repeats"),
@@ -163,6 +163,24 @@ def test_deep_layer_paths_are_checked_in_linear_time_and_memory():
     for layers in (["a", "ab/c", "a.b/c", "a b"], ["a/b", "a/c/d", "a/cd"]):
         lays = [{"name": n, "numel": 1, "shape": [1]} for n in layers]
         assert header_problem(dict(h, layers=lays)) is None, layers
+
+
+def test_a_layer_name_of_more_folders_than_hdf5_walks_fast_is_refused():
+    """HDF5 (h5py's ``visititems``) walks a name of n folders in ~n**2 steps: decompressing a
+    3 KB file whose one layer had 4,000 took 26 s (100,000: hours); at most 64."""
+    from co3cli.container.header import header_problem
+    from co3cli.dump.schema import MAX_NAME_PARTS, check_layer_name
+
+    h = dict(base()[0], steps=[0])
+    for n, ok in ((MAX_NAME_PARTS, True), (MAX_NAME_PARTS + 1, False)):
+        name = "/".join(["a"] * n)
+        problem = header_problem(dict(h, layers=[{"name": name, "numel": 1, "shape": [1]}]))
+        assert (problem is None) == ok and (ok or "folders" in problem), problem
+        if ok:
+            assert check_layer_name(name) == name
+        else:
+            with pytest.raises(Co3Error, match="folders"):
+                check_layer_name(name)
 
 
 def test_declared_steps_beyond_file_refused(tmp_path, capsys):

@@ -142,7 +142,9 @@ steps x layers         at most the file size over the layers coded in chunks (ev
 joined blocks          2 steps or more and at most ``JOIN_ENTRIES`` (2**16) entries a layer
 =====================  ==================================================================
 
-Layer names must be distinct, non-empty relative HDF5 paths, none a folder of another.
+Layer names must be distinct, non-empty relative HDF5 paths without NUL, of at most
+``co3cli.dump.schema.MAX_NAME_PARTS`` (64) ``/``-separated parts (HDF5 walks a name of n
+folders in ~n**2 steps), none a folder of another.
 
     from co3cli.container import Co3Writer, open_co3
 """

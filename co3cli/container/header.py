@@ -11,6 +11,7 @@ import zlib
 import numpy as np
 
 from co3cli.container.hdict import DICTIONARIES, stream_dict_id
+from co3cli.dump.schema import MAX_NAME_PARTS
 from co3cli.errors import CorruptDataError
 
 MAX_HEADER = 16 << 20
@@ -167,6 +168,9 @@ def header_problem(h) -> str | None:
         parts = name.split("/")
         if not name or any(p in ("", ".", "..") for p in parts) or "\0" in name:
             return f"layer {i}: name {name[:80]!r} is not a valid relative HDF5 path"
+        if len(parts) > MAX_NAME_PARTS:
+            return (f"layer {i}: name {name[:80]!r}... has {len(parts) - 1} folders (limit "
+                    f"{MAX_NAME_PARTS - 1})")
         if name in names:
             return f"layer {i}: name {name[:80]!r} repeats or nests under another layer's name"
         names[name] = i
