@@ -8,15 +8,16 @@
         (layer blocks only: no groups, joined steps or references)
     grads.co3 --the table's decode--> words --back to each layer's stored type--> dump.h5
 
-The container is the quantized files' (``.co3`` 1.3), with layer blocks only: the header's ``format`` is the lossless format's config
-(``kind: "lossless"``), its ``coder`` ``{"id": "lossless-rans", "version": v}`` (3: the
+The container is the quantized files' (written as their current version, ``.co3`` 1.5), with
+layer blocks only: the header's ``format`` is the lossless format's config (``kind:
+"lossless"``), its ``coder`` ``{"id": "lossless-rans", "version": v}`` (3: the
 default fast pair coder, :mod:`co3cli.coding.lossless_pairs`; 1: ``level="max"``, the
 neighbour-context coder of :mod:`co3cli.coding.lossless`; 2: the fast coder of earlier
 files, :mod:`co3cli.coding.lossless_fast`; all three decode), ``scale_rule``
-``none`` and ``model`` ``exact``; a layer's table is its ``LosslessTable`` (versioned by its
-first byte), each chunk's scale is 1.0, and the layer's metadata records the dump's storage
-type (``stored``) and the fitted parameters. A co3cli before 0.2 refuses such a file (its
-format is no grid it knows) with one line.
+``none`` and ``model`` ``exact``; a layer's table is its version's (``LosslessTable``,
+``FastTable`` or ``PairTable``, versioned by its first byte), each chunk's scale is 1.0, and
+the layer's metadata records the dump's storage type (``stored``) and the fitted parameters.
+A co3cli before 0.2 refuses such a file (its format is no grid it knows) with one line.
 
 Types: a layer is coded in the format's type. A float32 layer under ``bf16-lossless`` or
 ``f16-lossless`` is taken only if every word converts exactly (else InputError, naming the

@@ -449,7 +449,7 @@ def text_header(flags: int, lines: bytes, js: bytes, binary: bytes, *, lens=None
     enc = TextEncoder(len(PRIME) + (1 << 22))
     enc.prime(PRIME)
     enc.encode(bytes([flags]) + uvarint(lens[0]) + lines)
-    enc.prime(_guess(layers)[:_guess_cap(len(lines))])
+    enc.prime(_guess(layers, _guess_cap(len(lines))))
     enc.encode(uvarint(lens[1]) + js + uvarint(lens[2]) + binary)
     return bytes([kind]) + enc.finish()
 
@@ -536,6 +536,10 @@ def v15_corpus() -> dict[str, bytes]:
     files["v15_layer_dims.co3"] = with_header(text_header(
         flags, lines.replace(b" 16\n", b" 016\n", 1), js, binary))
     files["v15_layer_noshape.co3"] = with_header(text_header(flags, b"x\n" + lines, js, binary))
+    files["v15_layer_nul.co3"] = with_header(text_header(flags, b"\0" + lines, js, binary))
+    deep = b"x/" + b"a/" * 99_999 + b"a"  # 100,000 folders deep (listing them took 10 GB)
+    files["v15_layer_deep.co3"] = with_header(text_header(flags, deep + b" 1\nx 1\n" + lines,
+                                                          js, binary))
     many = b"x " + b",".join([b"1"] * 40) + b"\n"
     files["v15_layer_many_dims.co3"] = with_header(text_header(flags, many + lines, js, binary))
     from co3cli.container.hcm import _seconds, _zz
@@ -583,7 +587,8 @@ V15_SAYS = {"v15_header_kind.co3": "unknown header kind", "v15_header_cut.co3": 
             "v15_header_extended.co3": "text payload", "v15_section_huge.co3": "a section of",
             "v15_flags.co3": "bad flags", "v15_moved_twice.co3": "both in the JSON and moved",
             "v15_layer_dims.co3": "bad dimension", "v15_layer_noshape.co3": "has no shape",
-            "v15_layer_many_dims.co3": "dimensions", "v15_created.co3": "timestamp",
+            "v15_layer_many_dims.co3": "dimensions", "v15_layer_nul.co3": "HDF5 path",
+            "v15_layer_deep.co3": "100000 folders", "v15_created.co3": "timestamp",
             "v15_config.co3": "config is not an object", "v15_trailer_blocks.co3": "blocks for",
             "v15_trailer_sizes.co3": "do not add up", "v15_trailer_map.co3": "layer index",
             "v15_trailer_pad.co3": "trailer", "v15_trailer_tlen.co3": "trailer is corrupt",

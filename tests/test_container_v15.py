@@ -187,6 +187,39 @@ def test_odd_layer_names_round_trip(name):
     assert _json(unpack_header15(pack_header15(h), 100)) == _json(h)
 
 
+def test_a_guess_of_deep_alternating_layer_lines_stays_small():
+    """Layer lines that would make the module guess 36x their size (31 levels closed and
+    opened per line): the reader builds no more of it than it primes."""
+    import tracemalloc
+
+    from hostile import text_header
+
+    deep = ".".join(["a"] * 31)
+    lines = b"".join(f"{'bc'[k % 2]}{k}.{deep}.w 1\n".encode() for k in range(3000))
+    raw = text_header(1, lines, b"{}", b"")
+    tracemalloc.start()
+    try:
+        h = unpack_header15(raw, 100)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(h["layers"]) == 3000
+    assert peak < 12 << 20, peak  # (the guess in full: 7.7 MB of text, 30 MB at its peak)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.lists(st.sampled_from(["a", "b", "ü", "emb", "0", "\U0001f600"]),
+                                   min_size=1, max_size=6),
+                          st.lists(st.integers(1, 9), max_size=4)), max_size=30),
+       st.integers(0, 3000))
+def test_a_guess_cut_at_its_cap_is_the_whole_guess_cut(layers, cap):
+    from co3cli.container.hcm import _guess
+    from co3cli.container.hprime import module_guess
+
+    layers = [(".".join(parts), shape) for parts, shape in layers]
+    assert _guess(layers, cap) == json.dumps(module_guess(layers))[1:-1].encode()[:cap]
+
+
 def test_a_long_header_is_written_in_the_compact_form(monkeypatch):
     from co3cli.container import hcm
 

@@ -201,6 +201,11 @@ CASES = {
         lambda f: f.attrs.__setitem__("layers", "fc1"),
         "'layers' is not a JSON list",
     ),
+    "layer 64 folders deep": (
+        lambda f: f.create_dataset("grads/" + "a/" * 64 + "b", data=np.zeros((3, 4), np.float32)
+                                   ).attrs.__setitem__("shape", np.array([4])),
+        "has 64 folders (limit 63)",
+    ),
 }
 
 
@@ -334,12 +339,28 @@ WRITER_ERRORS = {
         lambda w: w.add_layer("/a", np.ones((2, 3)), (3,)),
         "not a valid relative HDF5 path",
     ),
+    "NUL in a name": (
+        lambda w: w.add_layer("\0a", np.ones((2, 3)), (3,)),
+        "not a valid relative HDF5 path",
+    ),
     "steps vs rows": (
         lambda w: (w.add_layer("a", np.ones((2, 3)), (3,)), w.set_steps([1, 2, 3])),
         "steps has 3 rows/steps but earlier data has 2",
     ),
     "bad attr": (None, "attribute 'x': cannot store a value of type object"),
 }
+
+
+@pytest.mark.parametrize("value, says", [(2**64, "an integer beyond 64 bits"),
+                                          (-2**63 - 1, "an integer beyond 64 bits"),
+                                          ("a\0b", "a string with a NUL")])
+def test_attrs_hdf5_cannot_hold_are_refused_in_one_line(tmp_path, value, says):
+    """HDF5 holds 64-bit integers and C strings (h5py raised TypeError / ValueError)."""
+    with pytest.raises(InputError, match=f"attribute 'x': {says}"):
+        DumpWriter(tmp_path / "out.h5", {"x": value})
+    assert _no_leftovers(tmp_path) == []
+    write_dump(tmp_path / "ok.h5", {"a": (np.ones((1, 2), np.float32), (2,))}, steps=[0],
+               attrs={"x": 2**64 - 1, "y": -2**63, "z": "a b"})
 
 
 @pytest.mark.parametrize("case", sorted(WRITER_ERRORS))

@@ -204,3 +204,25 @@ def test_xarray_shows_named_dims(tmp_path):
     assert not any(d.startswith("phony_dim") for d in grads.dims)
     raw = xr.open_dataset(path, engine="h5netcdf", group="grads/raw")
     assert raw["fc2.weight"].dims == ("step", "entry_12")
+
+
+@pytest.mark.slow  # ~8 s
+def test_a_dump_of_more_layers_than_a_scale_can_list_round_trips(tmp_path, capsys):
+    """HDF5 keeps a scale's back-references in one object-header attribute (64 KiB: ~4,090
+    datasets): a dump of 5,000 layers (a mixture-of-experts model's) is written without
+    scales, and ``co3 decompress`` writes its file back (it failed with a traceback)."""
+    rng = np.random.default_rng(5)
+    layers = {f"e{i}.bias": (rng.standard_normal((2, 1 + i % 3)).astype(np.float32),
+                             (1 + i % 3,)) for i in range(5000)}
+    path = tmp_path / "d.h5"
+    write_dump(path, layers, steps=[0, 1])
+    with h5py.File(path, "r") as f:
+        assert "step" not in f and len(f["grads/e0.bias"].dims[0]) == 0
+    code, _, err = run_cli("compress", path, "-o", tmp_path / "d.co3", "-q", "--threads", "1",
+                           "-f", "fp8-e4m3", capsys=capsys)
+    assert code == 0, err
+    code, _, err = run_cli("decompress", tmp_path / "d.co3", "-o", tmp_path / "back.h5",
+                           capsys=capsys)
+    assert code == 0, err
+    with Dump.open(tmp_path / "back.h5") as d:
+        assert d.layers == list(layers)

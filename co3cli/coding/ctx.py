@@ -422,8 +422,9 @@ class CtxTable:
     def encode_segments(self, sym, segments) -> bytes:
         """Version 5: encode ``sym`` as consecutive ``segments`` ((entries, row length, lag)
         each): the adaptive statistics carry through; rows restart where the row length
-        changes; an entry ``lag`` entries after its segment's start is coded given the sign
-        of the entry ``lag`` before it (the previous step of the same tensor)."""
+        changes; an entry at least ``lag`` entries into its segment is coded given the entry
+        ``lag`` before it (the previous step of the same tensor: its sign, its class against
+        the prediction and its magnitude in the prediction, as the module docstring says)."""
         sym = as_symbols(sym)
         return self._encode(sym, self.segments_array(segments, sym.size))
 

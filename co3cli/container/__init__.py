@@ -106,8 +106,8 @@ On the check's small held-out dumps (``benchmarks/results/rate_check.md``): 3-5 
 
 Small files (1.5, every file written now): the header's text coded by a context-mixing model
 primed with an example header and a guess of the torch module repr from the layer names and
-shapes (``co3cli.container.hcm``, ``hprime``: 440-510 -> 220-310 bytes on the check's small
-dumps, every key and value kept), the trailer as block sizes and each layer's block index
+shapes (``co3cli.container.hcm``, ``hprime``: 316-509 -> 174-307 bytes on the check's small
+dumps, ``benchmarks/results/small_files.md``, every key and value kept), the trailer as block sizes and each layer's block index
 (44 -> 16 bytes with one block), and a ``GRC`` group of a ``ctx`` coder of model version 5
 coded as *one stream* of segments (layouts 2 and 3: one final state for the group, the
 adaptive statistics carried from member to member, in layout 3 each member's previous step
@@ -142,7 +142,9 @@ steps x layers         at most the file size over the layers coded in chunks (ev
 joined blocks          2 steps or more and at most ``JOIN_ENTRIES`` (2**16) entries a layer
 =====================  ==================================================================
 
-Layer names must be distinct, non-empty relative HDF5 paths, none a folder of another.
+Layer names must be distinct, non-empty relative HDF5 paths without NUL, of at most
+``co3cli.dump.schema.MAX_NAME_PARTS`` (64) ``/``-separated parts (HDF5 walks a name of n
+folders in ~n**2 steps), none a folder of another.
 
     from co3cli.container import Co3Writer, open_co3
 """

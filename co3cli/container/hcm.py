@@ -198,10 +198,12 @@ def _ordered_json(rest: dict) -> bytes:
     return head[:-1] + (b"," if len(head) > 2 else b"") + b'"source":' + body + b"}"
 
 
-def _guess(layers) -> bytes:
+def _guess(layers, cap: int) -> bytes:
+    """The first ``cap`` bytes of the module guess of ``layers`` as JSON string text (each
+    character escaped alone: the guess's first ``cap`` characters give them)."""
     from co3cli.container.hprime import module_guess
 
-    return json.dumps(module_guess(layers))[1:-1].encode()
+    return json.dumps(module_guess(layers, cap))[1:-1].encode()[:cap]
 
 
 def _guess_cap(nlines: int) -> int:
@@ -227,7 +229,7 @@ def pack_header15(h: dict) -> bytes:
     flags, lines, layers, js, binary = _sections(h)
     text = len(lines) + len(js) + len(binary)
     if text <= MAX_TEXT:
-        guess = _guess(layers)[:_guess_cap(len(lines))]
+        guess = _guess(layers, _guess_cap(len(lines)))
         enc = TextEncoder(_capacity(text))
         enc.prime(PRIME)
         enc.encode(bytes([flags]) + uvarint(len(lines)) + lines)
@@ -279,7 +281,7 @@ def unpack_header15(raw: bytes, max_steps: int, max_dims: int = 32,
         layers = _read_layer_lines(lines, max_dims, what) if flags & LAYERS else None
         if layers is None and lines:
             raise CorruptDataError(f"{what}: layer lines without the layers flag")
-        dec.prime(_guess([(x["name"], x["shape"]) for x in layers or ()])[:_guess_cap(n)])
+        dec.prime(_guess([(x["name"], x["shape"]) for x in layers or ()], _guess_cap(n)))
         js = dec.decode(_read_len(dec, MAX_TEXT - n, what))
         binary = dec.decode(_read_len(dec, MAX_TEXT - n - len(js), what))
         dec.finish()

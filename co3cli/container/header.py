@@ -11,6 +11,7 @@ import zlib
 import numpy as np
 
 from co3cli.container.hdict import DICTIONARIES, stream_dict_id
+from co3cli.dump.schema import MAX_NAME_PARTS
 from co3cli.errors import CorruptDataError
 
 MAX_HEADER = 16 << 20
@@ -146,7 +147,7 @@ def header_problem(h) -> str | None:
     if "small_layers" in h and not isinstance(h["small_layers"], dict):
         return "small_layers must be an object"
     nsteps = max(1, len(h["steps"]))
-    names: set[str] = set()
+    names: dict[str, int] = {}
     for i, lay in enumerate(h["layers"]):
         if not (isinstance(lay, dict) and isinstance(lay.get("name"), str) and _is_int(lay.get("numel"))
                 and isinstance(lay.get("shape"), list)):
@@ -165,14 +166,29 @@ def header_problem(h) -> str | None:
             return f"layer {i} ({lay['name'][:80]!r}): numel {lay['numel']} does not match its shape"
         name = lay["name"]
         parts = name.split("/")
-        if not name or any(p in ("", ".", "..") for p in parts):
+        if not name or any(p in ("", ".", "..") for p in parts) or "\0" in name:
             return f"layer {i}: name {name[:80]!r} is not a valid relative HDF5 path"
-        if name in names or any("/".join(parts[:k]) in names for k in range(1, len(parts))):
+        if len(parts) > MAX_NAME_PARTS:
+            return (f"layer {i}: name {name[:80]!r}... has {len(parts) - 1} folders (limit "
+                    f"{MAX_NAME_PARTS - 1})")
+        if name in names:
             return f"layer {i}: name {name[:80]!r} repeats or nests under another layer's name"
-        names.add(name)
-    folders = {"/".join(p[:k]) for p in (n.split("/") for n in names) for k in range(1, len(p))}
-    if folders & names:
-        return f"layer name {sorted(folders & names)[0][:80]!r} is also a folder of another layer"
+        names[name] = i
+    return _nesting(names)
+
+
+def _nesting(names: dict) -> str | None:
+    """Whether a layer name (``names``: name -> layer index) is a folder of another: with
+    ``/`` ordered first (names hold no NUL), a name's descendants follow it at once, so
+    neighbours tell (linear in the names' bytes: listing every folder of a name of ``n``
+    components took ``n**2``)."""
+    order = sorted(names, key=lambda n: n.replace("/", "\0"))
+    for a, b in zip(order, order[1:]):
+        if b.startswith(a + "/"):
+            if names[a] < names[b]:
+                return (f"layer {names[b]}: name {b[:80]!r} repeats or nests under another "
+                        "layer's name")
+            return f"layer name {a[:80]!r} is also a folder of another layer"
     return None
 
 

@@ -63,10 +63,12 @@ def _line(module: str, params: dict, prev_rank: int) -> str | None:
     return None
 
 
-def module_guess(layers: list) -> str:
+def module_guess(layers: list, limit: int | None = None) -> str:
     """torch's repr of a ``Sequential`` holding modules with these parameters, guessed from
     ``layers`` ((name, shape) each, in the file's order): a module per name less its last
-    part, containers for the parts before, two spaces of indent a level."""
+    part, containers for the parts before, two spaces of indent a level. ``limit``: stop
+    once the text has at least that many characters (its first ``limit`` are the whole
+    guess's: deep names that alternate at the top would make it ~36x their lines)."""
     mods: list = []  # (path, {parameter: shape})
     for name, shape in layers:
         parts = name.split(".")
@@ -78,7 +80,13 @@ def module_guess(layers: list) -> str:
         else:
             mods.append((path, {parts[-1]: shape}))
     out, open_path, prev_rank = ["Sequential("], (), 0
+    size, counted = 0, 0  # characters of out[:counted] joined by newlines
     for path, params in mods:
+        if limit is not None:
+            size += sum(len(s) + 1 for s in out[counted:])
+            counted = len(out)
+            if size >= limit:
+                return "\n".join(out)
         if not path:
             continue
         k = 0

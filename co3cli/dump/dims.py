@@ -42,6 +42,10 @@ BF16_DESCRIPTION = (
 """The ``description`` of a layer stored as bfloat16 (``dtype`` attribute ``"bfloat16"``)."""
 
 STEP = "step"
+MAX_ATTACHED = 4000
+"""Datasets one scale is attached to at most: HDF5 keeps a scale's back-references in one
+attribute of its object header, at most 64 KiB (about 4,090 references with HDF5 2.0); a dump
+of more layers (a mixture-of-experts model's) gets no scales (they are optional)."""
 _NOT_A_VARIABLE = "This is a netCDF dimension but not a netCDF variable."
 
 
@@ -60,7 +64,9 @@ def attach_dims(h5, layers, nrows: int) -> bool:
     dump and attach them to ``grads/<layer>`` (``layers``: the layer names) and ``steps`` /
     ``loss`` / ``lr``; ``nrows`` rows are committed. Idempotent (a resumed dump keeps its scales,
     ``step`` is resized). Returns False, changing nothing, when a root name it needs is taken
-    by something else."""
+    by something else or there are more than ``MAX_ATTACHED`` layers and lists."""
+    if len(layers) + 3 > MAX_ATTACHED:
+        return False
     grads = h5["grads"]
     numels = sorted({int(grads[n].shape[1]) for n in layers})
     names = [STEP] + [entry_dim(n) for n in numels]

@@ -12,6 +12,7 @@ import numpy as np
 
 from co3cli.dump.dims import DESCRIPTION, is_dimension_scale
 from co3cli.dump.schema import (
+    MAX_NAME_PARTS,
     NONFINITE_POLICIES,
     SCHEMA,
     SCHEMA_MAJOR,
@@ -139,6 +140,9 @@ class Dump:
             for name in found:  # h5py hands a name that is not UTF-8 over as bytes
                 if not isinstance(name, str):
                     raise InputError(f"{where}: layer name {name[:80]!r} is not UTF-8")
+                if name.count("/") >= MAX_NAME_PARTS:  # (a .co3 reader refuses it)
+                    raise InputError(f"{where}: layer name {name[:80]!r}... has "
+                                     f"{name.count('/')} folders (limit {MAX_NAME_PARTS - 1})")
 
             steps_ds = f.get("steps")
             if not isinstance(steps_ds, h5py.Dataset):

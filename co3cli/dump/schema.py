@@ -41,16 +41,25 @@ def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+MAX_NAME_PARTS = 64
+"""``/``-separated parts a layer name has at most: HDF5 (h5py's ``visititems``, which every
+dump reader and writer runs) walks a name of n folders in ~n**2 steps (4,000: 26 s)."""
+
+
 def check_layer_name(name: Any) -> str:
-    """``name`` if it is a relative HDF5 path under ``grads`` (InputError otherwise)."""
+    """``name`` if it is a relative HDF5 path under ``grads`` of at most ``MAX_NAME_PARTS``
+    parts (InputError otherwise)."""
     if not isinstance(name, str) or not name:
         raise InputError(f"layer name {name!r} is not a non-empty string")
     parts = name.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    if any(p in ("", ".", "..") for p in parts) or "\0" in name:
         raise InputError(
             f"layer name {name!r} is not a valid relative HDF5 path "
-            "(no leading/trailing '/', no empty, '.' or '..' components)"
+            "(no leading/trailing '/', no empty, '.' or '..' components, no NUL)"
         )
+    if len(parts) > MAX_NAME_PARTS:
+        raise InputError(f"layer name {name[:80]!r}... has {len(parts) - 1} folders "
+                         f"(limit {MAX_NAME_PARTS - 1})")
     return name
 
 
@@ -58,6 +67,10 @@ def attr_value(key: str, value: Any) -> Any:
     """Convert a Python value to something h5py stores as an attribute."""
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(value, sort_keys=True)
+    if isinstance(value, int) and not -2**63 <= value < 2**64:
+        raise InputError(f"attribute {key!r}: an integer beyond 64 bits does not fit HDF5")
+    if isinstance(value, str) and "\0" in value:
+        raise InputError(f"attribute {key!r}: a string with a NUL does not fit HDF5")
     if isinstance(value, (str, bool, int, float, np.generic, np.ndarray)):
         return value
     if isinstance(value, os.PathLike):
