@@ -95,6 +95,7 @@ class ReferencePlan:
         # reader's ReferenceCache does until it is decoded), within keep_bytes
         kept: dict[int, int] = {}
         live, held = [], 0  # (last user, bytes) of the kept layers still held
+        self.peak_bytes = 0  # the most symbol bytes kept at once (<= keep_bytes)
         for j in sorted(last):
             while live and live[0][0] < j:  # a last user j: still held when j's come
                 held -= heapq.heappop(live)[1]
@@ -103,6 +104,7 @@ class ReferencePlan:
                 kept[j] = last[j]
                 heapq.heappush(live, (last[j], size))
                 held += size
+                self.peak_bytes = max(self.peak_bytes, held)
         self.last = kept  # kept layer -> its last user
         self.candidates = {i: [j for j in c if j in kept] for i, c in self.candidates.items()}
         self.candidates = {i: c for i, c in self.candidates.items() if c}

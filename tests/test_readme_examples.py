@@ -255,14 +255,25 @@ def test_readme_example_runs(workdir, i):
         assert late and set(late) == {1}, late
 
 
+def _torch_cpu_capability():
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"})
+    return run.stdout.strip()
+
+
 @pytest.mark.slow
 def test_fl_example_reproduces_its_table(tmp_path):
     """The first ``co3 simulate fl`` example at full size prints the figures its comment gives
-    (the fp4 row of the measured FL tables: seed 0, γ = 0.7, lr 0.3)."""
+    (the fp4 row of the measured FL tables: seed 0, γ = 0.7, lr 0.3). They are torch's AVX2
+    kernels' (torch picks its vectorised kernels by the CPU; an AVX-512 machine rounds
+    differently and ends 200 rounds at 92.10 %, 1.144 bits/entry): the run is asked for AVX2."""
+    if _torch_cpu_capability() != "AVX2":
+        pytest.skip("the README's FL figures are torch's AVX2 kernels'; this CPU has none")
     ex = next(e for e in EXAMPLES if "simulate fl" in e["code"] and "%" in e["comment"])
     acc, bpe = re.search(r"([\d.]+) %, ([\d.]+) bits/entry", ex["comment"]).groups()
     args = shlex.split(ex["code"])[1:]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "avx2"}
     run = subprocess.run([sys.executable, "-m", "co3cli", *args], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stderr[-2000:]
