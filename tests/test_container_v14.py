@@ -60,6 +60,16 @@ def test_compact_header_gives_back_exactly_the_header(case):
     assert [type(v) for v in back.get("loss") or []] == [type(v) for v in h.get("loss") or []]
 
 
+def test_a_loss_beyond_float32s_range_is_kept_as_float64_without_a_warning():
+    import warnings
+
+    h = _header(steps=[0, 1], loss=[1e300, 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow RuntimeWarning would fail here
+        raw = pack_header(h)
+    assert unpack_header(raw, 100)["loss"] == [1e300, 0.5]
+
+
 def test_compact_header_moves_the_repetitive_fields_out_of_the_json():
     h = _header()
     raw = pack_header(h)

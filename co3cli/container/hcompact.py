@@ -92,7 +92,9 @@ def _loss_bytes(loss, nsteps: int) -> tuple[int, bytes] | None:
     a = np.asarray(loss, dtype=np.float64)
     if not np.all(np.isfinite(a)):
         return None
-    if np.array_equal(a.astype(np.float32).astype(np.float64), a):
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, unequal, so float64
+        narrow = a.astype(np.float32)
+    if np.array_equal(narrow.astype(np.float64), a):
         return LOSS32, a.astype("<f4").tobytes()
     return LOSS64, a.astype("<f8").tobytes()
 
