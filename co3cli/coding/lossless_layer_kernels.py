@@ -179,6 +179,21 @@ def frame_many(n, rw, packed, states, meta, out, ends):
     return o
 
 
+@njit(cache=True, nogil=True, inline="always")
+def uvarint_at(buf, a, e):
+    """(value, bytes, ok) of the LEB128 varint at ``buf[a:e]``: at most 9 bytes, ending
+    within ``e``, and minimal (no trailing 0x00 byte)."""
+    v = 0
+    i = 0
+    while i < 9 and a + i < e:
+        b = np.int64(buf[a + i])
+        v |= (b & 0x7F) << (7 * i)
+        i += 1
+        if b < 0x80:
+            return v, i, not (b == 0 and i > 1)
+    return v, i, False
+
+
 @njit(cache=True, nogil=True)
 def parse_many(buf, starts, n, width, offs):
     """The parts of every chunk body ``buf[starts[r]:starts[r + 1]]`` into ``offs`` (as
@@ -187,16 +202,7 @@ def parse_many(buf, starts, n, width, offs):
     for r in range(starts.size - 1):
         a = starts[r]
         e = starts[r + 1]
-        v = 0
-        i = 0
-        ok = False
-        while i < 9 and a + i < e:
-            b = np.int64(buf[a + i])
-            v |= (b & 0x7F) << (7 * i)
-            i += 1
-            if b < 0x80:
-                ok = not (b == 0 and i > 1)
-                break
+        v, i, ok = uvarint_at(buf, a, e)
         if not ok:
             offs[r, 0] = E_VARINT
             return r

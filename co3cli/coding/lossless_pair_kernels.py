@@ -33,6 +33,8 @@ import sys
 import numpy as np
 from numba import njit
 
+from co3cli.coding.lossless_layer_kernels import uvarint_at
+
 BIG = sys.byteorder == "big"  # (the packed words are little-endian in every file)
 LOW = 1 << 15  # state range [LOW, 2**31)
 NL = 8  # lanes
@@ -462,16 +464,7 @@ def decode_many3(buf, lens, params, table, out):
     for r in range(steps):
         a = e
         e = a + lens[r]
-        v = 0
-        i = 0
-        ok = False
-        while i < 9 and a + i < e:
-            b = np.int64(buf[a + i])
-            v |= (b & 0x7F) << (7 * i)
-            i += 1
-            if b < 0x80:
-                ok = not (b == 0 and i > 1)
-                break
+        v, i, ok = uvarint_at(buf, a, e)
         if not ok:
             return r, E_VARINT
         pos = a + i
