@@ -45,9 +45,8 @@ import datetime as _dt
 import json
 
 from co3cli.container.framing import read_uvarint
-from co3cli.container.hcompact import (LAYERS, LOSS32, LOSS64, SOURCE_LAYERS, STEPS, _loss_bytes,
-                                       _Reader, _read_steps, _steps_bytes, pack_header,
-                                       unpack_header)
+from co3cli.container.hcompact import (LAYERS, LOSS32, LOSS64, SOURCE_LAYERS, STEPS, _Reader,
+                                       _read_steps, pack_header, steps_and_loss, unpack_header)
 from co3cli.container.hdict import deflate
 from co3cli.container.header import MAX_HEADER_JSON, inflate, parse_json
 from co3cli.errors import CorruptDataError
@@ -138,7 +137,7 @@ def _read_layer_lines(text: bytes, max_dims: int, what: str) -> list:
 
 def _sections(h: dict):
     """(flags, layer lines, (name, shape) per layer moved, JSON, binary) of header ``h``."""
-    rest, flags, binary = dict(h), 0, []
+    rest, flags = dict(h), 0
     lines = _layer_lines(h.get("layers"))
     src = h.get("source")
     src = dict(src) if isinstance(src, dict) else src
@@ -149,20 +148,12 @@ def _sections(h: dict):
         if isinstance(src, dict) and src.get("layers") == names:
             del src["layers"]
             flags |= SOURCE_LAYERS
-    sb = _steps_bytes(h.get("steps"))
-    if sb is not None:
-        del rest["steps"]
-        flags |= STEPS
-        binary.append(sb)
-        lo = _loss_bytes(h.get("loss"), len(h["steps"]))
-        if lo is not None:
-            del rest["loss"]
-            flags |= lo[0]
-            binary.append(lo[1])
-            if isinstance(src, dict) and type(src.get("final_loss")) is float \
-                    and src["final_loss"] == h["loss"][-1]:
-                del src["final_loss"]
-                flags |= FINAL_LOSS
+    more, binary, loss_moved = steps_and_loss(h, rest)
+    flags |= more
+    if loss_moved and isinstance(src, dict) and type(src.get("final_loss")) is float \
+            and src["final_loss"] == h["loss"][-1]:
+        del src["final_loss"]
+        flags |= FINAL_LOSS
     if isinstance(src, dict):
         t0, t1 = _seconds(h.get("created")), _seconds(src.get("created"))
         if t0 is not None and t1 is not None:

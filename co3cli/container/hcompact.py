@@ -99,6 +99,20 @@ def _loss_bytes(loss, nsteps: int) -> tuple[int, bytes] | None:
     return LOSS64, a.astype("<f8").tobytes()
 
 
+def steps_and_loss(h: dict, rest: dict) -> tuple[int, list[bytes], bool]:
+    """Header ``h``'s steps (and, with them, its loss) moved out of ``rest`` (its JSON part):
+    (flags, binary parts, whether the loss moved)."""
+    sb = _steps_bytes(h.get("steps"))
+    if sb is None:
+        return 0, [], False
+    del rest["steps"]
+    lo = _loss_bytes(h.get("loss"), len(h["steps"]))
+    if lo is None:
+        return STEPS, [sb], False
+    del rest["loss"]
+    return STEPS | lo[0], [sb, lo[1]], True
+
+
 def pack_header(h: dict) -> bytes:
     """The compact form of header ``h`` (before deflating); ``unpack_header`` gives back
     exactly ``h`` (checked here: where it would not, the whole header stays in the JSON).
@@ -113,16 +127,9 @@ def pack_header(h: dict) -> bytes:
         if isinstance(src, dict) and src.get("layers") == json.dumps([x["name"] for x in h["layers"]]):
             rest["source"] = {k: v for k, v in src.items() if k != "layers"}
             flags |= SOURCE_LAYERS
-    sb = _steps_bytes(h.get("steps"))
-    if sb is not None:
-        del rest["steps"]
-        flags |= STEPS
-        parts.append(sb)
-        lo = _loss_bytes(h.get("loss"), len(h["steps"]))
-        if lo is not None:
-            del rest["loss"]
-            flags |= lo[0]
-            parts.append(lo[1])
+    more, binary, _ = steps_and_loss(h, rest)
+    flags |= more
+    parts += binary
     js = _json(rest)
     out = uvarint(len(js)) + js + bytes([flags]) + b"".join(parts)
     try:
