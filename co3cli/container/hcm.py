@@ -46,7 +46,8 @@ import json
 
 from co3cli.container.framing import read_uvarint
 from co3cli.container.hcompact import (LAYERS, LOSS32, LOSS64, SOURCE_LAYERS, STEPS, _Reader,
-                                       _read_steps, pack_header, steps_and_loss, unpack_header)
+                                       pack_header, read_steps_and_loss, steps_and_loss,
+                                       unpack_header)
 from co3cli.container.hdict import deflate
 from co3cli.container.header import MAX_HEADER_JSON, inflate, parse_json
 from co3cli.errors import CorruptDataError
@@ -303,18 +304,11 @@ def _restore(h: dict, flags: int, layers, binary: bytes, max_steps: int, what: s
         if flags & SOURCE_LAYERS:
             src["layers"] = json.dumps([x["name"] for x in layers])
     r = _Reader(binary, 0, what)
-    if flags & STEPS:
-        h["steps"] = _read_steps(r, max_steps)
-    if flags & (LOSS32 | LOSS64):
-        import numpy as np
-
-        size = 4 if flags & LOSS32 else 8
-        b = r.take(size * len(h["steps"]), "the losses")
-        h["loss"] = np.frombuffer(b, dtype="<f4" if size == 4 else "<f8").astype(float).tolist()
-        if flags & FINAL_LOSS:
-            if not h["loss"]:
-                raise CorruptDataError(f"{what}: a final loss derived from no loss")
-            src["final_loss"] = h["loss"][-1]
+    read_steps_and_loss(r, flags, h, max_steps)
+    if flags & FINAL_LOSS:  # (only with a loss: the flags were checked)
+        if not h["loss"]:
+            raise CorruptDataError(f"{what}: a final loss derived from no loss")
+        src["final_loss"] = h["loss"][-1]
     if flags & CREATED:
         t0 = r.zz("created")
         h["created"] = _timestamp(t0, what)

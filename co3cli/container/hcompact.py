@@ -113,6 +113,16 @@ def steps_and_loss(h: dict, rest: dict) -> tuple[int, list[bytes], bool]:
     return STEPS | lo[0], [sb, lo[1]], True
 
 
+def read_steps_and_loss(r: "_Reader", flags: int, h: dict, max_steps: int) -> None:
+    """Into header ``h``: the steps and the loss ``flags`` say were moved, read from ``r``."""
+    if flags & STEPS:
+        h["steps"] = _read_steps(r, max_steps)
+    if flags & (LOSS32 | LOSS64):
+        size = 4 if flags & LOSS32 else 8
+        b = r.take(size * len(h["steps"]), "the losses")
+        h["loss"] = np.frombuffer(b, dtype="<f4" if size == 4 else "<f8").astype(float).tolist()
+
+
 def pack_header(h: dict) -> bytes:
     """The compact form of header ``h`` (before deflating); ``unpack_header`` gives back
     exactly ``h`` (checked here: where it would not, the whole header stays in the JSON).
@@ -248,12 +258,7 @@ def unpack_header(raw: bytes, max_steps: int, max_dims: int = 32,
             if not isinstance(src, dict) or "layers" in src:
                 raise CorruptDataError(f"{what}: source layers moved without a source")
             src["layers"] = json.dumps([x["name"] for x in h["layers"]])
-    if flags & STEPS:
-        h["steps"] = _read_steps(r, max_steps)
-    if flags & (LOSS32 | LOSS64):
-        size = 4 if flags & LOSS32 else 8
-        b = r.take(size * len(h["steps"]), "the losses")
-        h["loss"] = np.frombuffer(b, dtype="<f4" if size == 4 else "<f8").astype(float).tolist()
+    read_steps_and_loss(r, flags, h, max_steps)
     if r.pos != len(raw):
         raise CorruptDataError(f"{what}: {len(raw) - r.pos} unexpected bytes after its fields")
     return h
