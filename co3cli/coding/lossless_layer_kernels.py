@@ -156,13 +156,7 @@ def frame_many(n, rw, packed, states, meta, out, ends):
     for r in range(rw.shape[0]):
         start = meta[r, 0]
         nw = n + 4 - start
-        v = nw
-        while v >= 0x80:
-            out[o] = np.uint8((v & 0x7F) | 0x80)
-            o += 1
-            v >>= 7
-        out[o] = np.uint8(v)
-        o += 1
+        o = uvarint_put(out, o, nw)
         for j in range(4):
             s = states[r, j]
             for b in range(4):
@@ -177,6 +171,17 @@ def frame_many(n, rw, packed, states, meta, out, ends):
         o += nb
         ends[r] = o
     return o
+
+
+@njit(cache=True, nogil=True, inline="always")
+def uvarint_put(out, o, v):
+    """Write ``v`` (>= 0) as a LEB128 varint at ``out[o:]``; returns the position after it."""
+    while v >= 0x80:
+        out[o] = np.uint8((v & 0x7F) | 0x80)
+        o += 1
+        v >>= 7
+    out[o] = np.uint8(v)
+    return o + 1
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -33,7 +33,7 @@ import sys
 import numpy as np
 from numba import njit
 
-from co3cli.coding.lossless_layer_kernels import uvarint_at
+from co3cli.coding.lossless_layer_kernels import uvarint_at, uvarint_put
 
 BIG = sys.byteorder == "big"  # (the packed words are little-endian in every file)
 LOW = 1 << 15  # state range [LOW, 2**31)
@@ -239,13 +239,7 @@ def encode_many3(words, pids, cmap, params, enc, out, starts, ends):
             v >>= 7
         o += (4 - (o + head) % 4) % 4
         starts[r] = o
-        v = k
-        while v >= 0x80:
-            out[o] = np.uint8((v & 0x7F) | 0x80)
-            o += 1
-            v >>= 7
-        out[o] = np.uint8(v)
-        o += 1
+        o = uvarint_put(out, o, k)
         for j in range(lanes):
             for b in range(4):
                 out[o] = np.uint8((xs[j] >> np.uint64(8 * b)) & np.uint64(0xFF))
