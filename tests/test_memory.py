@@ -90,7 +90,7 @@ def test_peak_rss_within_budget(dumps):
 
     dump = dumps / "big.h5"
     peaks = {}
-    for coder in ("ans", "huffman"):
+    for coder in ("ctx", "ans", "huffman"):  # ctx: the default (its references included)
         x, y = dumps / f"x-{coder}.co3", dumps / f"y-{coder}.h5"
         peaks[f"compress {coder}"] = measure(coder, ["compress", dump, "-o", x, "--coder", coder])
         peaks[f"decompress {coder}"] = measure(coder, ["decompress", x, "-o", y])
