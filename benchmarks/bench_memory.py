@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=5)
     ap.add_argument("--steps", type=int, default=26)
     ap.add_argument("--format", default="fp8-e5m2")
-    ap.add_argument("--coders", default="ans,huffman", help="comma-separated coder ids")
+    ap.add_argument("--coders", default="ctx,ans,huffman", help="comma-separated coder ids")
     ap.add_argument("--tmp", type=Path, default=None, help="folder for the big temporary files")
     ap.add_argument("--out", type=Path, default=RESULTS, help="folder for memory.md/.json")
     ap.add_argument("--keep", action="store_true", help="keep the temporary files")
