@@ -35,7 +35,8 @@ import numpy as np
 
 from co3cli.container.framing import table_field_bytes
 from co3cli.container.chunks import LAYER_HEAD
-from co3cli.container.xref import KEEP_BYTES, MAX_CHAIN, XREF_CODER, XREF_FROM, XREF_HEAD
+from co3cli.container.xref import (KEEP_BYTES, MAX_CHAIN, XREF_CODER, XREF_FROM, XREF_HEAD,
+                                   kept_dtype)
 from co3cli.varint import uvarint
 from co3cli.workers import map_rows
 
@@ -65,14 +66,16 @@ class ReferencePlan:
 
     ``names``, ``shapes``: the dump's layers; ``grouped``: the indices of layers in group
     blocks (never candidates, never coded given one); ``steps``: the step count; ``streams``:
-    the dump's ``streams`` attribute, or None."""
+    the dump's ``streams`` attribute, or None; ``nsym``: the grid's alphabet (the symbols are
+    kept in one byte each where it fits, else two: :func:`kept_dtype`)."""
 
     def __init__(self, names, shapes, grouped, steps: int, streams=None,
-                 keep_bytes: int = KEEP_BYTES):
+                 keep_bytes: int = KEEP_BYTES, nsym: int = 1 << 16):
         import heapq
 
         shapes = [tuple(s) for s in shapes]
         grouped = set(grouped)
+        self.dtype = kept_dtype(nsym)
         by_shape: dict[tuple, list[int]] = {}  # earlier layers coded alone, per shape
         by_stem: dict[tuple, list[int]] = {}  # and per (shape, name less its stream)
         self.candidates: dict[int, list[int]] = {}
@@ -99,7 +102,7 @@ class ReferencePlan:
         for j in sorted(last):
             while live and live[0][0] < j:  # a last user j: still held when j's come
                 held -= heapq.heappop(live)[1]
-            size = 2 * steps * int(np.prod(shapes[j], dtype=np.int64))
+            size = self.dtype.itemsize * steps * int(np.prod(shapes[j], dtype=np.int64))
             if held + size <= keep_bytes:
                 kept[j] = last[j]
                 heapq.heappush(live, (last[j], size))
@@ -126,6 +129,7 @@ class SymbolStore:
     later layer uses are dropped."""
 
     def __init__(self, plan: ReferencePlan):
+        self._dtype = plan.dtype
         self._kept = plan.last  # the plan's: layer -> its last user (never changes)
         self._last = dict(plan.last)  # those not dropped yet
         self._entries: dict[int, _Entry] = {}
@@ -136,6 +140,8 @@ class SymbolStore:
     def put(self, i: int, sym, chain: int = 0) -> None:
         """Layer ``i``'s symbols (None: none) and chain, once (a later call does nothing)."""
         if i in self._ready and not self._ready[i].is_set():
+            if sym is not None:
+                sym = sym.astype(self._dtype, copy=False)
             self._entries[i] = _Entry(sym, chain, i)
             self._ready[i].set()
 
@@ -272,7 +278,8 @@ class LayerReferences:
 
         def encode_rows(which):
             parts = map_rows(workers, len(which), sym.shape[1], lambda lo, hi: [
-                table.encode(sym[t], cols=cols, ref=entry.sym[t]) for t in which[lo:hi]])
+                table.encode(sym[t], cols=cols, ref=entry.sym[t].astype(np.uint16))
+                for t in which[lo:hi]])
             return [b for part in parts for b in part]
 
         first = sorted(set(np.linspace(0, steps - 1, min(steps, SAMPLE_STEPS)).astype(int)

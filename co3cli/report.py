@@ -102,7 +102,7 @@ def report_co3(path, name: str | None = None, progress: bool = False, keep_hist:
         if not co3.header["steps"]:  # (a reader takes it; there is nothing to measure)
             raise InputError(f"{name or path}: the file holds no step, no bits per entry to "
                              "report")
-        refs = ReferenceCache(co3)  # LYX blocks' sources, decoded once
+        refs = ReferenceCache(co3, nsym=grid.nsym)  # LYX blocks' sources, decoded once
         layers = []
         for block in progress_iter(co3.layers(), progress, "report", total=len(co3.offsets)):
             lay = co3.header["layers"][block.index]

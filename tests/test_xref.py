@@ -395,11 +395,11 @@ def test_a_file_decodes_each_source_once_in_the_cache_the_plan_assumed(tmp_path,
 
     from co3cli.container.xref import KEEP_BYTES
 
-    assert ReferencePlan.__init__.__defaults__[-1] == KEEP_BYTES  # one budget, both sides
-    assert ReferenceCache.__init__.__defaults__ == (KEEP_BYTES,)
-    steps, size = 2, 2 * 2 * 64 * 1024
-    monkeypatch.setattr(ReferencePlan.__init__, "__defaults__", (None, 3 * size))
-    monkeypatch.setattr(ReferenceCache.__init__, "__defaults__", (3 * size,))
+    assert ReferencePlan.__init__.__defaults__[-2:] == (KEEP_BYTES, 1 << 16)  # one budget,
+    assert ReferenceCache.__init__.__defaults__ == (KEEP_BYTES, 1 << 16)  # both sides
+    steps, size = 2, 1 * 2 * 64 * 1024  # fp8: a byte per kept symbol, on both sides
+    monkeypatch.setattr(ReferencePlan.__init__, "__defaults__", (None, 3 * size, 1 << 16))
+    monkeypatch.setattr(ReferenceCache.__init__, "__defaults__", (3 * size, 1 << 16))
     plan = ReferencePlan([f"l{i}" for i in range(40)], [(64, 64)] * 40, [], 10,
                          keep_bytes=3 * 2 * 10 * 4096)
     for i in plan.last:  # held when i's symbols come: the layers kept until i or later

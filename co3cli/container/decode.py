@@ -24,7 +24,7 @@ import numpy as np
 from co3cli.coding import coder_from_config, row_length
 from co3cli.coding.raw import RawTable
 from co3cli.container.tableset import KIND_RAW
-from co3cli.container.xref import KEEP_BYTES
+from co3cli.container.xref import KEEP_BYTES, kept_dtype
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.formats import get_grid
 from co3cli.workers import map_rows
@@ -121,9 +121,11 @@ class ReferenceCache:
     """The decoded symbols of layers that later ``LYX`` blocks are coded given, kept (``put``
     by whoever decodes such a layer) until the last of those blocks is decoded (``done``),
     at most ``limit`` bytes of them (beyond it a source is decoded again where needed: the
-    same symbols).  Thread-safe."""
+    same symbols), kept as ``co3 compress`` keeps them (``nsym``: the grid's alphabet;
+    ``co3cli.container.xref.kept_dtype``).  Thread-safe."""
 
-    def __init__(self, co3, limit: int = KEEP_BYTES):
+    def __init__(self, co3, limit: int = KEEP_BYTES, nsym: int = 1 << 16):
+        self._dtype = kept_dtype(nsym)
         self._last = co3.reference_users()  # source -> the last layer coded given it
         self._sym: dict[int, np.ndarray] = {}
         self._left = limit
@@ -133,13 +135,16 @@ class ReferenceCache:
         return i in self._last
 
     def get(self, i: int):
+        """Layer ``i``'s symbols (steps, numel) if kept (in the kept dtype: a row is given to
+        a coder as uint16), else None."""
         return self._sym.get(i)
 
     def put(self, i: int, sym: np.ndarray) -> None:
         with self._lock:
-            if i in self._last and i not in self._sym and sym.nbytes <= self._left:
-                self._sym[i] = sym
-                self._left -= sym.nbytes
+            size = sym.size * self._dtype.itemsize
+            if i in self._last and i not in self._sym and size <= self._left:
+                self._sym[i] = sym.astype(self._dtype, copy=False)
+                self._left -= size
 
     def done(self, i: int) -> None:
         """Layer ``i`` decoded: forget the sources no later layer needs."""
@@ -153,8 +158,9 @@ class ReferenceCache:
 def _reference_rows(src, grid, coder, numel: int, shape, refs):
     """The symbols of each step of the source block ``src`` (cached, or decoded)."""
     sym = None if refs is None else refs.get(src.index)
-    return iter(sym) if sym is not None else iter_decode_block(src, grid, coder, numel, shape,
-                                                               refs)
+    if sym is not None:
+        return (row.astype(np.uint16) for row in sym)
+    return iter_decode_block(src, grid, coder, numel, shape, refs)
 
 
 def iter_decode_block(block, grid, coder, numel: int, shape=None, refs=None):
@@ -202,7 +208,8 @@ def decode_block(block, grid, coder, numel: int, shape=None, refs=None,
         def rows(lo, hi):
             for t in range(lo, hi):
                 sym[t] = tables[t].decode(block.bodies[t], numel, cols=cols) if src is None \
-                    else tables[t].decode(block.bodies[t], numel, cols=cols, ref=src[t])
+                    else tables[t].decode(block.bodies[t], numel, cols=cols,
+                                          ref=src[t].astype(np.uint16, copy=False))
 
         map_rows(workers, len(block.bodies), numel, rows)
     if refs is not None:

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 from co3cli.errors import CorruptDataError
 
 XREF_TAG = b"LYX\0"
@@ -43,7 +45,7 @@ XREF_FROM = (4, 5)
 """The model versions of that coder whose files may hold ``LYX`` blocks (they code a lone
 tensor alike: version 5 with one segment is version 4)."""
 KEEP_BYTES = 256 << 20
-"""Sources' symbols (uint16) held at once: by ``co3 compress`` for the layers it codes given
+"""Sources' symbols (in :func:`kept_dtype`) held at once: by ``co3 compress`` for the layers it codes given
 them (``co3cli.references``, whose plan keeps within it) and by the readers' cache
 (``co3cli.container.decode.ReferenceCache``), so that each source of a file written within it
 is decoded once."""
@@ -69,3 +71,9 @@ def check_source(header: dict, refs: dict, offsets: list, i: int, source: int,
     if depth > MAX_CHAIN:
         raise CorruptDataError(f"layer {i}: a chain of more than {MAX_CHAIN} layers coded "
                                "given one another")
+
+
+def kept_dtype(nsym: int) -> np.dtype:
+    """The dtype sources' symbols of an ``nsym``-symbol grid are kept in (``KEEP_BYTES``):
+    uint8 where they fit (every fp8 and fp4 grid: half the coders' uint16), else uint16."""
+    return np.dtype(np.uint8 if nsym <= 256 else np.uint16)
