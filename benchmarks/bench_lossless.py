@@ -4,7 +4,7 @@
     python benchmarks/bench_lossless.py --quick         # bundled dumps only, results to /tmp
     python benchmarks/bench_lossless.py --dump a.h5 ... # your dumps instead of the captures
     python benchmarks/bench_lossless.py --captures DIR  # keep (and reuse) the captures in DIR
-    python benchmarks/bench_lossless.py --baseline REV  # also time REV's fast coder (before/after)
+    python benchmarks/bench_lossless.py --baseline REV  # also time REV's coder (before/after)
 
 Dumps: the bundled ``co3cli/sample_data/digits-mlp.h5`` and ``mnist5k-mlp.h5`` (float32), and
 two captured here with ``co3cli.capture.capture`` from models the coder was not tuned on:
@@ -166,7 +166,7 @@ def peers(buf: bytes, dtype: str, zipnn_mod):
 def co3_core(layers, dtype: str, level: str = "fast", fast_module=None):
     """(encode callable, decode callable) of the coder alone, in memory, over every layer, as
     ``co3cli.lossless`` calls it (fit, then all steps of a layer; decode: all steps);
-    ``fast_module``: another version of ``co3cli.coding.lossless_fast`` (``--baseline``)."""
+    ``fast_module``: another version of ``co3cli.coding.lossless_pairs`` (``--baseline``)."""
     from co3cli.coding import row_length
     from co3cli.coding.lossless import LAYOUTS, LEVELS, LosslessCoder
 
@@ -175,8 +175,7 @@ def co3_core(layers, dtype: str, level: str = "fast", fast_module=None):
         fit_encode = coder.fit_encode
     else:
         def fit_encode(w, cols):
-            table = fast_module.fit_fast(w, LAYOUTS[dtype], cols)
-            return table, table.encode_steps(w, cols)
+            return fast_module.fit_encode(w, LAYOUTS[dtype], cols)
     coded = []
 
     def enc():
@@ -199,24 +198,28 @@ def co3_core(layers, dtype: str, level: str = "fast", fast_module=None):
     return enc, dec
 
 
+BASELINE_MODULES = ("lossless_pairs", "lossless_pair_fit", "lossless_pair_kernels",
+                    "lossless_layer_kernels")
+
+
 def load_baseline(ref: str, folder: str):
-    """``co3cli.coding.lossless_fast`` and its kernels as git revision ``ref`` has them, as a
-    module of their own (its numba cache in ``folder``), to time against this tree's."""
-    import importlib.util
+    """``co3cli.coding.lossless_pairs`` (the default coder) and its kernels as git revision
+    ``ref`` has them, as modules of their own (``baseline_*``, their numba cache in
+    ``folder``), to time against this tree's."""
+    import importlib
+    import re
     import subprocess
 
-    for name in ("lossless_fast", "lossless_kernels"):
+    for name in BASELINE_MODULES:
         src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:co3cli/coding/{name}.py"],
                              check=True, capture_output=True, text=True).stdout
-        src = src.replace("from co3cli.coding import lossless_kernels as K",
-                          "import baseline_lossless_kernels as K")
+        for other in BASELINE_MODULES:
+            src = re.sub(rf"from co3cli\.coding import {other} as (\w+)",
+                         rf"import baseline_{other} as \1", src)
+            src = src.replace(f"from co3cli.coding.{other} import", f"from baseline_{other} import")
         Path(folder, f"baseline_{name}.py").write_text(src)
     sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location("baseline_lossless_fast",
-                                                  Path(folder, "baseline_lossless_fast.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("baseline_lossless_pairs")
 
 
 ZIPNN_CMD = """import sys, h5py, json, numpy as np, zipnn
@@ -419,7 +422,7 @@ def markdown(results, meta) -> str:
         lines.append(f"| {res['dump']} | {res['type']} | {c['co3 compress']:.2f} / "
                      f"{c['co3 decompress']:.2f} | {z} |")
     if any(row["coder"] == "co3-baseline" for res in results for row in res["rows"]):
-        lines += ["", f"Against the fast coder of `{meta['baseline']}` (`--baseline`: timed in "
+        lines += ["", f"Against the pair coder of `{meta['baseline']}` (`--baseline`: timed in "
                   "the same interleaved runs over the same layers): MB/s of both and this "
                   "tree's speed-up.", "",
                   "| dump | type | baseline enc / dec MB/s | this tree enc / dec MB/s | speed-up "
@@ -444,7 +447,7 @@ def main(argv=None):
     ap.add_argument("--dump", nargs="*", help="dumps to use instead of the captures")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--captures", help="folder to keep the captured dumps in (and reuse)")
-    ap.add_argument("--baseline", help="a git revision whose fast coder is timed too "
+    ap.add_argument("--baseline", help="a git revision whose pair coder is timed too "
                     "(interleaved, same run): the before/after of a speed change")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -90,6 +90,8 @@ KMAX = 1  # top mantissa bits a symbol may take
 K_FROM = 1 << 16  # entries from which a layer weighs symbols with them (below, the table's
 # bytes outweigh what they save: on the benchmark dumps they won only on layers of 10**5+)
 COMPACT_FROM = 1e-3  # share of the raw bits the +-0 words must have for compact mode
+JOIN_MAX = 1 << 18  # chunk bytes up to which a layer's bodies are joined for one decoder
+# call; above, each is decoded where it lies (the copy costs more than the calls)
 PER_CHUNK = 36  # bytes of a chunk's lane states and length varint (the fit's estimate)
 _STATUS = {K.E_SHORT: "runs out before its end", K.E_STATE: "ends in the wrong coder state",
            K.E_LEFT: "has bytes left over", K.E_PAD: "has non-zero padding bits",
@@ -207,7 +209,7 @@ class PairTable:
 
     @property
     def slot_table(self) -> np.ndarray:
-        """Per slot of ``2**precision``: ``f | offset << 16 | symbol a << 32 | b << 48``."""
+        """Per slot of ``2**precision``: ``symbol a | b << 16 | offset << 32 | f << 48``."""
         if self._dec is None:
             self._dec = np.empty(1 << self.precision, dtype=np.uint64)
             K.dec_tables3(self.freqs, self.syms, self.m, self._dec)
@@ -249,8 +251,7 @@ class PairTable:
         starts = np.empty(steps, dtype=np.int64)
         ends = np.empty(steps, dtype=np.int64)
         K.encode_many3(words, pids, cmap, self.params, self._enc_tables(), out, starts, ends)
-        buf = out[:ends[-1]].tobytes()
-        return [buf[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+        return [out[a:b].tobytes() for a, b in zip(starts.tolist(), ends.tolist())]
 
     def decode(self, body: bytes, n: int, cols=None) -> np.ndarray:
         """Chunk body -> ``n`` words (CorruptDataError unless it is exactly one step's)."""
@@ -267,12 +268,20 @@ class PairTable:
                 r = next(i for i, m in enumerate(sizes) if m != n * dt.itemsize)
                 raise CorruptDataError(f"step {r}: lossless raw chunk: {sizes[r]} bytes for "
                                        f"{n} words")
-            le = np.frombuffer(b"".join(bodies), dtype=dt.newbyteorder("<"))
-            return le.astype(dt).reshape(steps, n)
+            le = np.frombuffer(bytearray().join(bodies), dtype=dt.newbyteorder("<"))
+            return (le.astype(dt) if K.BIG else le).reshape(steps, n)  # (one copy, writable)
         out = np.empty((steps, n), dtype=dt)
-        r, status = K.decode_many3(np.frombuffer(b"".join(bodies), dtype=np.uint8),
-                                   np.array([len(b) for b in bodies], dtype=np.int64),
-                                   self.params, self.slot_table, out)
+        lens = np.array([len(b) for b in bodies], dtype=np.int64)
+        if lens.sum() <= JOIN_MAX:  # one call over the bodies joined
+            r, status = K.decode_many3(np.frombuffer(b"".join(bodies), dtype=np.uint8), lens,
+                                       self.params, self.slot_table, out)
+        else:  # one call per body, read where it lies (no copy)
+            for i, body in enumerate(bodies):
+                r, status = K.decode_many3(np.frombuffer(body, dtype=np.uint8), lens[i:i + 1],
+                                           self.params, self.slot_table, out[i:i + 1])
+                if r >= 0:
+                    r = i
+                    break
         if r >= 0:
             raise CorruptDataError(f"step {r}: lossless chunk {_STATUS[status]}")
         return out
