@@ -73,7 +73,8 @@ def check_source(header: dict, refs: dict, offsets: list, i: int, source: int,
                                "given one another")
 
 
-def kept_dtype(nsym: int) -> np.dtype:
+def kept_dtype(nsym: int | None) -> np.dtype:
     """The dtype sources' symbols of an ``nsym``-symbol grid are kept in (``KEEP_BYTES``):
-    uint8 where they fit (every fp8 and fp4 grid: half the coders' uint16), else uint16."""
-    return np.dtype(np.uint8 if nsym <= 256 else np.uint16)
+    uint8 where they fit (every fp8 and fp4 grid: half the coders' uint16), else uint16
+    (``None``, a lossless format's: no alphabet, and no ``LYX`` block)."""
+    return np.dtype(np.uint8 if nsym is not None and nsym <= 256 else np.uint16)
