@@ -59,7 +59,8 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
     with input_path(src, ".co3 file") as p, open(p, "rb") as f:
         co3 = open_co3(f, name)
         grid, coder = read_co3_setup(co3.header)
-        refs = ReferenceCache(co3, nsym=grid.nsym) if decode else None  # LYX blocks' sources, decoded once
+        # LYX blocks' sources, decoded once
+        refs = ReferenceCache(co3, nsym=grid.nsym) if decode else None
         layers = []
         for block in co3.layers():
             lay = co3.header["layers"][block.index]

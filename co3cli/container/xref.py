@@ -45,10 +45,10 @@ XREF_FROM = (4, 5)
 """The model versions of that coder whose files may hold ``LYX`` blocks (they code a lone
 tensor alike: version 5 with one segment is version 4)."""
 KEEP_BYTES = 256 << 20
-"""Sources' symbols (in :func:`kept_dtype`) held at once: by ``co3 compress`` for the layers it codes given
-them (``co3cli.references``, whose plan keeps within it) and by the readers' cache
-(``co3cli.container.decode.ReferenceCache``), so that each source of a file written within it
-is decoded once."""
+"""Sources' symbols (in :func:`kept_dtype`) held at once: by ``co3 compress`` for the layers
+it codes given them (``co3cli.references``, whose plan keeps within it) and by the readers'
+cache (``co3cli.container.decode.ReferenceCache``), so that each source of a file written
+within it is decoded once."""
 
 
 def check_source(header: dict, refs: dict, offsets: list, i: int, source: int,
