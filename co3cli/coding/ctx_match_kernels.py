@@ -142,8 +142,10 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
     maxc = 1
     for k in range(seg.shape[0]):
         maxc = max(maxc, seg[k, 1])
-    col_est = np.zeros(maxc, dtype=np.int64)
-    csum = np.zeros(maxc, dtype=np.int64)   # column sign memory
+    # per column: the narrowest types their bounded values take (a one-row tensor's row
+    # is the whole tensor: 22 bytes per entry of state, not 64)
+    col_est = np.zeros(maxc, dtype=np.int32)
+    csum = np.zeros(maxc, dtype=np.int8)   # column sign memory, within +-CSCAP
     sagree = 0                               # this row's votes against it
     sdiff = 0
     # match model: per (column, slot) the sign (+1, -1, 0) and class (0 absent, 1 zero,
@@ -156,14 +158,14 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
     ring = np.zeros(maxc * mr2 if n > seg[0, 1] or seg.shape[0] > 1 else 0, dtype=np.int8)
     msc = np.zeros(MR, dtype=np.int32)
     mbest = nsg = rowi = 0
-    col_n = np.zeros(maxc, dtype=np.int64)
-    col_z = np.full(maxc, -1, dtype=np.int64)
+    col_n = np.zeros(maxc, dtype=np.int16)  # <= COL_CAP
+    col_z = np.full(maxc, -1, dtype=np.int8)  # -1 .. ZCAP
     # magnitudes and sign classes (0 zero, 1 +, 2 -) of the row above and of this row;
     # -1 (absent) past either end of the row and above the first row
-    up_m = np.full(maxc + 2, -1, dtype=np.int64)
-    up_s = np.zeros(maxc + 2, dtype=np.int64)
-    cur_m = np.full(maxc + 2, -1, dtype=np.int64)
-    cur_s = np.zeros(maxc + 2, dtype=np.int64)
+    up_m = np.full(maxc + 2, -1, dtype=np.int32)
+    up_s = np.zeros(maxc + 2, dtype=np.int8)
+    cur_m = np.full(maxc + 2, -1, dtype=np.int32)
+    cur_s = np.zeros(maxc + 2, dtype=np.int8)
     # neighbours of the next entry: left a, left-left e, up b, up-left c, up-right d (and
     # with the other per-row and per-column state: set where a segment starts)
     a = e = c = b = d = -1
