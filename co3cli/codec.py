@@ -405,7 +405,7 @@ def compress(src, dst, *, format=None, scale=None, coder=None, coder_params=None
         if references and book is None and eligible(coder_obj):  # LYX: co3cli.references
             xrefs = LayerReferences(ReferencePlan(
                 names, [dump.shape(n) for n in names], [i for g in groups for i in g],
-                len(dump.steps), dump.streams, nsym=grid.nsym), grid.nsym)
+                len(dump.steps), dump.streams, nsym=grid.nsym))
 
         def read(unit):  # in the main thread: HDF5 and the codebook
             is_group, idx = unit

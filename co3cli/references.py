@@ -75,7 +75,7 @@ class ReferencePlan:
 
         shapes = [tuple(s) for s in shapes]
         grouped = set(grouped)
-        self.dtype = kept_dtype(nsym)
+        self.nsym, self.dtype = nsym, kept_dtype(nsym)
         by_shape: dict[tuple, list[int]] = {}  # earlier layers coded alone, per shape
         by_stem: dict[tuple, list[int]] = {}  # and per (shape, name less its stream)
         self.candidates: dict[int, list[int]] = {}
@@ -222,10 +222,10 @@ def _framed(table, bodies) -> int:
 
 class LayerReferences:
     """``co3 compress``'s side: the plan, the symbols kept, and the trial of each layer coded
-    alone (module docstring).  ``nsym``: the grid's alphabet."""
+    alone (module docstring)."""
 
-    def __init__(self, plan: ReferencePlan, nsym: int):
-        self.plan, self.nsym = plan, nsym
+    def __init__(self, plan: ReferencePlan):
+        self.plan, self.nsym = plan, plan.nsym
         self.store = SymbolStore(plan)
 
     def wants(self, i: int) -> bool:
@@ -278,8 +278,7 @@ class LayerReferences:
 
         def encode_rows(which):
             parts = map_rows(workers, len(which), sym.shape[1], lambda lo, hi: [
-                table.encode(sym[t], cols=cols, ref=entry.sym[t].astype(np.uint16))
-                for t in which[lo:hi]])
+                table.encode(sym[t], cols=cols, ref=entry.sym[t]) for t in which[lo:hi]])
             return [b for part in parts for b in part]
 
         first = sorted(set(np.linspace(0, steps - 1, min(steps, SAMPLE_STEPS)).astype(int)

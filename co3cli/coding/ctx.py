@@ -324,8 +324,9 @@ class CtxTable:
         return CtxTable(self._freqs, self._precision, self._limit, REFERENCE_VERSION)
 
     def _reference(self, ref, n: int):
-        """``ref`` checked against this table: required (``n`` symbols below ``nsym``) by a
-        version 6 table, refused by any other."""
+        """``ref`` checked against this table: required (``n`` symbols below ``nsym``, uint16
+        or, as ``co3cli.container.xref.kept_dtype`` keeps them, uint8) by a version 6 table,
+        refused by any other."""
         if not self.takes_reference:
             if ref is not None:
                 raise InputError(f"ctx model version {self.model_version} codes no reference")
@@ -333,6 +334,8 @@ class CtxTable:
         if ref is None:
             raise InputError(f"ctx model version {REFERENCE_VERSION} codes given a reference: "
                              "pass ref")
+        if isinstance(ref, np.ndarray) and ref.dtype == np.uint8:  # kept symbols (xref's
+            ref = ref.astype(np.uint16)  # kept_dtype): widened row by row, as coded
         ref = as_symbols(ref)
         if ref.size != n:
             raise InputError(f"ref: {ref.size} symbols for {n}")

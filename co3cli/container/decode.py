@@ -135,8 +135,8 @@ class ReferenceCache:
         return i in self._last
 
     def get(self, i: int):
-        """Layer ``i``'s symbols (steps, numel) if kept (in the kept dtype: a row is given to
-        a coder as uint16), else None."""
+        """Layer ``i``'s symbols (steps, numel) if kept (in the kept dtype, which the ``ctx``
+        table takes as a reference), else None."""
         return self._sym.get(i)
 
     def put(self, i: int, sym: np.ndarray) -> None:
@@ -158,9 +158,8 @@ class ReferenceCache:
 def _reference_rows(src, grid, coder, numel: int, shape, refs):
     """The symbols of each step of the source block ``src`` (cached, or decoded)."""
     sym = None if refs is None else refs.get(src.index)
-    if sym is not None:
-        return (row.astype(np.uint16) for row in sym)
-    return iter_decode_block(src, grid, coder, numel, shape, refs)
+    return iter(sym) if sym is not None else iter_decode_block(src, grid, coder, numel, shape,
+                                                               refs)
 
 
 def iter_decode_block(block, grid, coder, numel: int, shape=None, refs=None):
@@ -208,8 +207,7 @@ def decode_block(block, grid, coder, numel: int, shape=None, refs=None,
         def rows(lo, hi):
             for t in range(lo, hi):
                 sym[t] = tables[t].decode(block.bodies[t], numel, cols=cols) if src is None \
-                    else tables[t].decode(block.bodies[t], numel, cols=cols,
-                                          ref=src[t].astype(np.uint16, copy=False))
+                    else tables[t].decode(block.bodies[t], numel, cols=cols, ref=src[t])
 
         map_rows(workers, len(block.bodies), numel, rows)
     if refs is not None:
