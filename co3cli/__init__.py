@@ -21,8 +21,9 @@ Layers (imports point downwards only; ``tests/test_layering.py`` enforces it, wi
     compressors  co3cli.compressors: the contract, co3, baselines, error feedback (one of each)
     I/O          fileio, progress (bars, heartbeats), container (.co3 blocks, groups), dump (HDF5), data, codec,
                  references (which layer is coded given which), codebook, fitting, report
-    core         errors, registry, checks, varint, formats (grids), quantize, scales, models,
-                 mixture, coding (huffman, ans, ctx), tables (model -> integer table)
+    core         errors, registry, checks, varint, detmath (exp/log/pow, the same bits on every
+                 machine), formats (grids), quantize, scales, models, mixture,
+                 coding (huffman, ans, ctx), tables (model -> integer table)
 
 Every pluggable kind (grids, scale rules, models, coders, compressors, UEP codes, tasks) is one
 :class:`co3cli.registry.Registry`: a stable id, a config dict, ``from_config``.

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from co3cli import detmath
 import co3cli.coding
 import co3cli.coding.ans
 import co3cli.coding.huffman
@@ -280,22 +281,22 @@ def _quantize_freqs_recomputing(w, precision):
     every swap recomputes every gain and loss (the reference for the incremental version)."""
     M = 1 << precision
     pos = np.flatnonzero(w > 0)
-    p = w[pos] / w[pos].sum()
+    p = w[pos] / detmath.fsum(w[pos])
     f = np.maximum(1, np.floor(p * M)).astype(np.int64)
 
     def gain(f):
-        return p * np.log2((f + 1) / f)
+        return p * detmath.log2((f + 1) / f)
 
     def loss(f):
-        return np.where(f > 1, p * np.log2(f / np.maximum(f - 1, 1)), np.inf)
+        return np.where(f > 1, p * detmath.log2(f / np.maximum(f - 1, 1)), np.inf)
 
     while (gap := M - int(f.sum())) != 0:
         if gap > 0:
             k = min(gap, f.size)
-            f[np.argpartition(-gain(f), k - 1)[:k]] += 1
+            f[np.argsort(-gain(f), kind="stable")[:k]] += 1
         else:
             k = min(-gap, int(np.count_nonzero(f > 1)))
-            f[np.argpartition(loss(f), k - 1)[:k]] -= 1
+            f[np.argsort(loss(f), kind="stable")[:k]] -= 1
     swaps = 0
     while True:
         g, c = gain(f), loss(f)

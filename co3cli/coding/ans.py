@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from co3cli import detmath
 from co3cli.checks import check_int
 from co3cli.coding import ans_kernels as K
 from co3cli.coding.ans_kernels import COARSE_BITS, F_BITS, STATE_LOW  # noqa: F401 (re-exported)
@@ -112,13 +113,13 @@ def check_precision(precision) -> int:
 # Frequencies
 
 
-def _gain_at(p, f, idx):  # quantize_freqs's gain(f)[idx], by the same vectorised expression
-    return p[idx] * np.log2((f[idx] + 1) / f[idx])
+def _gain_at(p, f, idx):  # quantize_freqs's gain(f)[idx], by the same expression
+    return p[idx] * detmath.log2((f[idx] + 1) / f[idx])
 
 
 def _loss_at(p, f, idx):  # quantize_freqs's loss(f)[idx]
     fi = f[idx]
-    return np.where(fi > 1, p[idx] * np.log2(fi / np.maximum(fi - 1, 1)), np.inf)
+    return np.where(fi > 1, p[idx] * detmath.log2(fi / np.maximum(fi - 1, 1)), np.inf)
 
 
 def quantize_freqs(weights, precision: int = 16) -> np.ndarray:
@@ -138,22 +139,22 @@ def quantize_freqs(weights, precision: int = 16) -> np.ndarray:
         raise InputError(
             f"precision: 2**{precision} slots cannot give {pos.size} symbols a frequency >= 1"
         )
-    p = w[pos] / w[pos].sum()
+    p = w[pos] / detmath.fsum(w[pos])
     f = np.maximum(1, np.floor(p * M)).astype(np.int64)
 
     def gain(f):  # bits saved by f -> f + 1
-        return p * np.log2((f + 1) / f)
+        return p * detmath.log2((f + 1) / f)
 
     def loss(f):  # bits lost by f -> f - 1 (impossible below 1)
-        return np.where(f > 1, p * np.log2(f / np.maximum(f - 1, 1)), np.inf)
+        return np.where(f > 1, p * detmath.log2(f / np.maximum(f - 1, 1)), np.inf)
 
-    while (gap := M - int(f.sum())) != 0:
+    while (gap := M - int(f.sum())) != 0:  # ties go to the lower symbol (stable sorts)
         if gap > 0:
             k = min(gap, f.size)
-            f[np.argpartition(-gain(f), k - 1)[:k]] += 1
+            f[np.argsort(-gain(f), kind="stable")[:k]] += 1
         else:
             k = min(-gap, int(np.count_nonzero(f > 1)))
-            f[np.argpartition(loss(f), k - 1)[:k]] -= 1
+            f[np.argsort(loss(f), kind="stable")[:k]] -= 1
     g, c = gain(f), loss(f)
     while True:  # unit swaps; a swap changes f at two symbols, so only their g and c change
         j, i = int(np.argmax(g)), int(np.argmin(c))

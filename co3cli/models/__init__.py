@@ -36,8 +36,9 @@ profile log-likelihood over beta: start from the method-of-moments estimate (sol
 scan of [0.05, 20] if that is higher, polish with safeguarded Newton on a deterministic strided
 65k subsample, then run Newton on all entries (typically three passes). Each pass needs
 ``S(b) = sum exp(b L)`` and its first two derivatives, with ``L = log(|x| / max|x|) <= 0``
-precomputed once in float32 (so nothing overflows), computed in cache-sized chunks and
-accumulated in float64. beta is searched in :data:`BETA_BOUNDS`. The double Weibull uses the
+precomputed once in float32 (so nothing overflows), computed in float64 in cache-sized
+chunks and summed in a fixed order, with ``co3cli.detmath``'s ``log`` and ``exp`` (the same
+bits on every CPU, so a file's tables are too). beta is searched in :data:`BETA_BOUNDS`. The double Weibull uses the
 same trick (``lambda**c = mean |x|**c``; its profile is concave in c). Normal and Laplace
 scales are closed form.
 

@@ -37,7 +37,6 @@ for _id, _doc in _MODEL_DOCS.items():
 FIT_ALL_MODELS = ("gennorm-zi", "gennorm", "normal", "laplace", "normal-zi", "laplace-zi",
                   "dweibull")
 
-_CHUNK = 1 << 16  # entries per chunk of the power sums (fits in L2 cache)
 _SUBSAMPLE = 1 << 16  # entries of the deterministic subsample that warms up the Newton search
 _NEWTON_TOL = 1e-6  # stop when the Newton step in log(beta) is below this
 _LOG2 = math.log(2.0)
@@ -78,9 +77,10 @@ class _GenNorm:
     def pq(t, p):
         from scipy import special
 
+        from co3cli import detmath  # (numba: not at import, for the CLI's start-up)
+
         a = 1.0 / p["beta"]
-        with np.errstate(over="ignore"):
-            w = (t / p["scale"]) ** p["beta"]
+        w = detmath.pow(np.asarray(t, dtype=np.float64) / p["scale"], p["beta"])
         return special.gammainc(a, w), special.gammaincc(a, w)
 
     @staticmethod
@@ -131,8 +131,10 @@ class _Laplace:
 
     @staticmethod
     def pq(t, p):
-        w = t / p["b"]
-        return -np.expm1(-w), np.exp(-w)
+        from co3cli import detmath
+
+        w = np.asarray(t, dtype=np.float64) / p["b"]
+        return -detmath.expm1(-w), detmath.exp(-w)
 
     @staticmethod
     def quantile(pr, q, p):
@@ -151,9 +153,10 @@ class _DWeibull:
 
     @staticmethod
     def pq(t, p):
-        with np.errstate(over="ignore"):
-            w = (t / p["scale"]) ** p["c"]
-        return -np.expm1(-w), np.exp(-w)
+        from co3cli import detmath
+
+        w = detmath.pow(np.asarray(t, dtype=np.float64) / p["scale"], p["c"])
+        return -detmath.expm1(-w), detmath.exp(-w)
 
     @staticmethod
     def quantile(pr, q, p):

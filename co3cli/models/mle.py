@@ -12,7 +12,7 @@ from co3cli.checks import check_int, check_real
 from co3cli.errors import InputError
 
 from co3cli.models.families import (
-    _CHUNK, _LOG2, _NEWTON_TOL, _SPECS, _SUBSAMPLE, BETA_BOUNDS, DEFAULT_MODEL, _as_t,
+    _LOG2, _NEWTON_TOL, _SPECS, _SUBSAMPLE, BETA_BOUNDS, DEFAULT_MODEL, _as_t,
     _check_model, check_positive, _floor_normalise, _GenNorm, grid_arrays, _Laplace, _Normal,
     _out, abs_cell_masses, pmf_from_counts,
 )
@@ -231,13 +231,15 @@ class _Data:
     def L(self) -> np.ndarray:
         """float32 log(|x| / max|x|) of the non-zero entries (all <= 0)."""
         if self._L is None:
+            from co3cli import detmath  # the same bits on every machine (numba: not at import)
+
             a = self.a_nz
             if a.dtype == np.float32:
-                L = np.log(a)
-                L -= np.float32(math.log(self.amax))
+                L = np.empty(a.size, dtype=np.float32)
+                detmath.log_ratio_f32(a, a.view(np.int32), np.float32(self.amax), L)
             else:
-                L = (np.log(a) - math.log(self.amax)).astype(np.float32)
-            np.minimum(L, 0.0, out=L)
+                L = (detmath.log(a) - detmath.log(self.amax)).astype(np.float32)
+                np.minimum(L, 0.0, out=L)
             self._L = L
         return self._L
 
@@ -248,34 +250,20 @@ class _Data:
         if self._sums is None:
             a = self.a_nz
             s1 = s2 = 0.0
-            if a.size:
-                amax = a.dtype.type(self.amax)  # an element of a: exact in its dtype
-                buf = np.empty(min(_CHUNK, a.size), a.dtype)
-                for i in range(0, a.size, _CHUNK):
-                    u = buf[:min(_CHUNK, a.size - i)]
-                    np.divide(a[i:i + _CHUNK], amax, out=u)
-                    s1 += float(u.sum())
-                    s2 += float(np.dot(u, u))
+            if a.size:  # amax: an element of a, exact in its dtype
+                from co3cli import detmath
+
+                s1, s2 = detmath.unit_sums(a, a.dtype.type(self.amax))
             self._sums = (s1, s2)
         return self._sums
 
 
 def _power_sums(L: np.ndarray, b: float) -> tuple[float, float, float]:
-    """(sum e, sum L e, sum L^2 e) with e = exp(b L), chunked, float64 accumulation."""
-    bb = np.float32(b)
-    n = min(_CHUNK, L.size)
-    e_buf, u_buf = np.empty(n, np.float32), np.empty(n, np.float32)
-    s0 = s1 = s2 = 0.0
-    for i in range(0, L.size, _CHUNK):
-        Lc = L[i:i + _CHUNK]
-        e, u = e_buf[:Lc.size], u_buf[:Lc.size]
-        np.multiply(Lc, bb, out=e)
-        np.exp(e, out=e)
-        s0 += float(e.sum())
-        np.multiply(Lc, e, out=u)
-        s1 += float(u.sum())
-        s2 += float(np.dot(u, Lc))
-    return s0, s1, s2
+    """(sum e, sum L e, sum L^2 e) with e = exp(b L), float64, the same bits on every machine
+    (:func:`co3cli.detmath.power_sums`)."""
+    from co3cli import detmath
+
+    return detmath.power_sums(L, float(b))
 
 
 class _Profile:
@@ -286,7 +274,9 @@ class _Profile:
 
     def __init__(self, kind: str, L: np.ndarray, log_frac: float = 0.0):
         self.kind, self.L, self.log_frac = kind, L, log_frac
-        self.Lbar = float(np.sum(L, dtype=np.float64)) / L.size if kind == "weibull" else 0.0
+        from co3cli import detmath
+
+        self.Lbar = detmath.fsum(L) / L.size if kind == "weibull" else 0.0
 
     def __call__(self, t: float):
         from scipy import special

@@ -20,7 +20,10 @@ fixtures (``STEPS_CASES``, from ``source-steps.h5``: ``LYS`` blocks, a drifting 
 step groups and a tiny one stored). ``--same`` writes only the equal-layer fixtures
 (``SAME_CASES``, from ``source-same.h5``: ``LYE`` references to an equal earlier layer).
 ``--xref`` writes only the fixtures of layers coded given an earlier layer (``XREF_CASES``,
-from ``source-xref.h5``: ``LYX`` blocks, ``ctx`` model version 5).
+from ``source-xref.h5``: ``LYX`` blocks, ``ctx`` model version 5). ``--tables`` writes the
+codebook this version builds (``REBUILT_BOOK``; ``book.json``, the one the codebook case
+compresses with, stays) and rewrites every ``.co3`` from the sources as they are (when the model
+fits change, as with ``co3cli.detmath``; what the files decode to stays).
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ CTX_OLD_CASES = {"fp8-ctx": 1, "fp4-ctx": 1, "steps-default": 1, "fp8-ctx3": 3, 
                  "fp8-ctx4": 4, "fp4-ctx4": 4, "fp8-default4": 4}
 CTX_V1_CASES = tuple(k for k, v in CTX_OLD_CASES.items() if v == 1)
 BOOK = ["--format", "fp8-e5m2", "--coder", "huffman", "--model", "gennorm-zi"]
+REBUILT_BOOK = "book2.json"  # the codebook of BOOK as the fits of co3cli.detmath build it
 # the 1.1 layout (small layers pooled into group blocks), from ``source-groups.h5``
 GROUP_SOURCE = HERE / "source-groups.h5"
 GROUP_CASES = {
@@ -309,6 +313,10 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["--ctx5"]:  # only the ctx model version 5 fixtures (the default)
         make_ctx5()
     elif sys.argv[1:] == ["--v15"]:  # every .co3 rewritten, the sources kept
+        make_v15()
+    elif sys.argv[1:] == ["--tables"]:  # the codebook and every .co3 rebuilt (new fits)
+        co3("codebook", "build", str(HERE / "source.h5"), "-o", str(HERE / REBUILT_BOOK), *BOOK,
+            "-q")
         make_v15()
     elif sys.argv[1:] == ["--steps"]:  # only the step-group fixtures
         make_steps()
