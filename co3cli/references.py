@@ -174,12 +174,15 @@ class SymbolStore:
 
 
 def _entropy(counts: np.ndarray) -> float:
-    """Miller-Madow corrected plug-in entropy (bits, total) of ``counts``."""
+    """Miller-Madow corrected plug-in entropy (bits, total) of ``counts`` (``co3cli.detmath``'s
+    log and a fixed-order sum: the same choice of reference on every CPU)."""
+    from co3cli import detmath
+
     c = counts[counts > 0].astype(np.float64)
     n = c.sum()
     if n == 0:
         return 0.0
-    return float(-(c * np.log2(c / n)).sum() + (c.size - 1) / (2 * np.log(2)))
+    return -detmath.fsum(c * detmath.log2(c / n)) + (c.size - 1) / (2 * 0.6931471805599453)
 
 
 def _sample(sym: np.ndarray) -> tuple:

@@ -38,8 +38,10 @@ KIND_TABLE, KIND_RAW = 0, 1  # a step group's kind: the coder's table / stored s
 
 
 def _xlogx(c: np.ndarray) -> np.ndarray:
+    from co3cli import detmath  # the same bits on every CPU: the same groups, the same file
+
     c = np.asarray(c, dtype=np.float64)
-    return np.where(c > 0, c * np.log2(np.maximum(c, 1.0)), 0.0)
+    return np.where(c > 0, c * detmath.log2(np.maximum(c, 1.0)), 0.0)
 
 
 def block_edges(nsteps: int, max_blocks: int = MAX_BLOCKS) -> np.ndarray:

@@ -156,13 +156,16 @@ def octave_freqs(counts, precision: int) -> np.ndarray | None:
     Its integer table deflates to about half the exact counts' (on digits-resnet-tiny at fp8:
     90 bytes against 201, the ``ctx`` payload within 0.01 %), so a group of small layers can
     afford it where the exact counts cost more than they save."""
+    from co3cli import detmath  # the same octaves on every CPU
+
     c = np.asarray(counts, dtype=np.float64)
     total = c.sum()
     if total <= 0:
         return None
     used = c > 0
     k = np.zeros(c.size, dtype=np.int64)
-    k[used] = np.clip(np.rint(np.log2(c[used] * (2.0 ** precision / total))), 0, precision - 1)
+    k[used] = np.clip(np.rint(detmath.log2(c[used] * (2.0 ** precision / total))), 0,
+                      precision - 1)
     freqs = np.where(used, np.left_shift(np.int64(1), k), 0)
     top = int(np.argmax(c))
     freqs[top] += (1 << precision) - int(freqs.sum())

@@ -144,8 +144,20 @@ def test_golden_groups_compress_to_the_same_bytes(case, tmp_path, monkeypatch, c
         assert out.read_bytes() == golden.read_bytes()
 
 
-_BASELINE_CASES = ("fp8-ans", "fp8-huffman", "fp4-ans", "fp4-huffman", "fp8-ctx-steps",
-                   "fp8-default5", "fp4-default5")
+def _baseline_cases():
+    """(case, source, options) of the fixtures the CPU test compresses again: every kind of
+    table and block (one table per layer, groups with their octave priors, step groups,
+    equal layers, layers coded given another, the default ``ctx``)."""
+    from golden.make_golden import (GROUP_CASES, SAME_CASES, SAME_SOURCE, STEPS_CASES,
+                                    STEPS_SOURCE, XREF_CASES, XREF_SOURCE)
+
+    out = [(c, HERE / "source.h5", ALL_CASES[c]) for c in
+           ("fp8-ans", "fp8-huffman", "fp4-ans", "fp4-huffman", "fp8-ctx-steps", "fp8-default5",
+            "fp4-default5")]
+    for cases, src in ((GROUP_CASES, GROUP_SOURCE), (STEPS_CASES, STEPS_SOURCE),
+                       (SAME_CASES, SAME_SOURCE), (XREF_CASES, XREF_SOURCE)):
+        out += [(c, src, opts) for c, opts in cases.items() if c not in CTX_OLD_CASES]
+    return out
 
 
 def test_golden_bytes_do_not_depend_on_the_cpu(tmp_path):
@@ -169,16 +181,16 @@ def test_golden_bytes_do_not_depend_on_the_cpu(tmp_path):
            "NPY_DISABLE_CPU_FEATURES": " ".join(off)}
     env.pop("NPY_ENABLE_CPU_FEATURES", None)
     script = ("import sys; from co3cli.cli.app import main\n"
-              "for case, out, *opts in [a.split('|') for a in sys.argv[1:]]:\n"
+              "for case, src, out, *opts in [a.split('|') for a in sys.argv[1:]]:\n"
               "    try:\n"
-              "        main(['compress', 'tests/golden/source.h5', '-o', out, *opts, '-q'])\n"
+              "        main(['compress', src, '-o', out, *opts, '-q'])\n"
               "    except SystemExit as e:\n"
               "        assert not e.code, case\n")
-    args = ["|".join([case, str(tmp_path / f"{case}.co3"), *ALL_CASES[case]])
-            for case in _BASELINE_CASES]
-    root = HERE.parent.parent
-    run = subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=root,
+    cases = _baseline_cases()
+    args = ["|".join([case, str(src), str(tmp_path / f"{case}.co3"), *opts])
+            for case, src, opts in cases]
+    run = subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    for case in _BASELINE_CASES:
+    for case, _, _ in cases:
         assert _blocks(tmp_path / f"{case}.co3") == _blocks(HERE / f"{case}.co3"), case

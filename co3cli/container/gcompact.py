@@ -206,7 +206,7 @@ def _prior(meta_json: bytes, table: bytes, layout: int) -> bytes:
     if f is not None and meta_json == OCTAVE_META:
         odd = np.flatnonzero(f & (f - 1))  # the one frequency not a power of two: the top's
         top = int(odd[0]) if odd.size == 1 else int(np.argmax(f))
-        k1 = np.where(f > 0, np.log2(np.maximum(f, 1)).astype(np.int64) + 1, 0)
+        k1 = np.where(f > 0, np.frexp(np.maximum(f, 1))[1], 0).astype(np.int64)  # bit length
         if _octave_table(table[:3], top, k1) == table:
             d = np.diff(k1, prepend=0)
             z = np.where(d >= 0, 2 * d, -2 * d - 1).astype(np.uint8).tobytes()
