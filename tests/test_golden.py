@@ -147,7 +147,7 @@ def test_golden_groups_compress_to_the_same_bytes(case, tmp_path, monkeypatch, c
 def _baseline_cases():
     """(case, source, options) of the fixtures the CPU test compresses again: every kind of
     table and block (one table per layer, groups with their octave priors, step groups,
-    equal layers, layers coded given another, the default ``ctx``)."""
+    equal layers, layers coded given another, the default ``ctx``, the lossless formats)."""
     from golden.make_golden import (GROUP_CASES, SAME_CASES, SAME_SOURCE, STEPS_CASES,
                                     STEPS_SOURCE, XREF_CASES, XREF_SOURCE)
 
@@ -157,6 +157,11 @@ def _baseline_cases():
     for cases, src in ((GROUP_CASES, GROUP_SOURCE), (STEPS_CASES, STEPS_SOURCE),
                        (SAME_CASES, SAME_SOURCE), (XREF_CASES, XREF_SOURCE)):
         out += [(c, src, opts) for c, opts in cases.items() if c not in CTX_OLD_CASES]
+    for t in ("f32", "bf16", "f16"):  # the lossless formats: their table choices
+        fmt = ["--format", f"{t}-lossless"]
+        out += [(f"lossless-{t}", HERE / f"lossless-{t}-source.h5", fmt + ["--level", "max"]),
+                (f"lossless3-{t}", HERE / f"lossless-{t}-source.h5", fmt),
+                (f"lossless3-big-{t}", HERE / f"lossless3-big-{t}-source.h5", fmt)]
     return out
 
 
