@@ -75,7 +75,7 @@ def fit_cells(sample: np.ndarray, counts: np.ndarray, grid) -> Gennorm2Fit:
     """Fit to the symbol ``counts`` of the scaled values whose subsample is ``sample``."""
     from scipy.optimize import minimize
 
-    from co3cli import models
+    from co3cli import detmath, models
 
     counts = np.asarray(counts, dtype=np.float64)
     K = grid.K
@@ -92,8 +92,9 @@ def fit_cells(sample: np.ndarray, counts: np.ndarray, grid) -> Gennorm2Fit:
     sym_mass = counts[K:].copy()
     sym_mass[1:] += counts[:K][::-1]  # counts per magnitude cell (sign handled by pi)
 
-    def unpack(th):
-        return 1 / (1 + np.exp(-th[0])), np.exp(th[1]), np.exp(th[2]), np.exp(th[3]), np.exp(th[4])
+    def unpack(th):  # co3cli.detmath's exp and log: the same fit on every CPU
+        e = detmath.exp(np.asarray(th, dtype=np.float64) * np.array([-1.0, 1, 1, 1, 1]))
+        return 1 / (1 + e[0]), e[1], e[2], e[3], e[4]
 
     def cost(th):
         w, b1, a1, b2, a2 = unpack(th)
@@ -103,10 +104,10 @@ def fit_cells(sample: np.ndarray, counts: np.ndarray, grid) -> Gennorm2Fit:
             m = w * models.gennorm_cells(edges, b1, a1) + (1 - w) * models.gennorm_cells(edges, b2, a2)
             p = np.maximum(np.nan_to_num((1 - p0) * m, nan=0.0), 1e-300)
             p[0] += p0
-            return float(-(sym_mass * np.log(p)).sum() / n)
+            return float(-(sym_mass * detmath.log(p)).sum() / n)
 
-    starts = ([0.0, np.log(b0), np.log(a0), np.log(b0), np.log(a0) - 3.0],
-              [0.0, np.log(1.5 * b0), np.log(a0) + 0.5, np.log(b0), np.log(a0) - 2.0])
+    lb, la = detmath.log(b0), detmath.log(a0)
+    starts = ([0.0, lb, la, lb, la - 3.0], [0.0, detmath.log(1.5 * b0), la + 0.5, lb, la - 2.0])
     best = None
     for th0 in starts:
         r = minimize(cost, np.asarray(th0), method="Nelder-Mead",

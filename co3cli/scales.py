@@ -43,7 +43,6 @@ steps toward communication-efficient DNN training", arXiv:2203.09044 (the fp4 po
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -228,7 +227,7 @@ def _gennorm_unit_mse(mags: np.ndarray, edges: np.ndarray, beta: float, c) -> np
     Z = |X| has E[Z^j; Z <= t] = Gamma((j+1)/beta) P((j+1)/beta, t^beta) / Gamma(1/beta);
     each cell contributes M2 - 2 v M1 + v^2 M0 with v = m_k / c, the top cell to infinity.
     """
-    from scipy import special
+    from co3cli import detmath
 
     c = np.atleast_1d(np.asarray(c, dtype=np.float64))[:, None]
     w = _pow(edges[None, :] / c, beta)  # (nc, K)
@@ -236,10 +235,11 @@ def _gennorm_unit_mse(mags: np.ndarray, edges: np.ndarray, beta: float, c) -> np
     mom = []
     for j in range(3):
         a = (j + 1) / beta
-        P = np.concatenate([zeros, special.gammainc(a, w), ones], axis=1)
-        Q = np.concatenate([ones, special.gammaincc(a, w), zeros], axis=1)
+        p, q = detmath.gammainc_pq(a, w)
+        P = np.concatenate([zeros, p, ones], axis=1)
+        Q = np.concatenate([ones, q, zeros], axis=1)
         diff = np.where(P[:, 1:] <= 0.5, P[:, 1:] - P[:, :-1], Q[:, :-1] - Q[:, 1:])
-        mom.append(diff * math.exp(special.gammaln(a) - special.gammaln(1 / beta)))
+        mom.append(diff * _exp(detmath.lgamma(a) - detmath.lgamma(1 / beta))[0])
     v = mags[None, :] / c
     return np.sum(mom[2] - 2 * v * mom[1] + v * v * mom[0], axis=1)
 
@@ -247,18 +247,24 @@ def _gennorm_unit_mse(mags: np.ndarray, edges: np.ndarray, beta: float, c) -> np
 # The MSE optimisers below search flat minima, where a last-bit difference in the objective
 # moves the optimum by up to ~1e-5 (measured: numpy's AVX-512 ``exp`` and ``**`` against its
 # AVX2 ones changed a gennorm-mse scale by 150 float32 ulps, and the file's bytes). Their
-# transcendental functions therefore come from ``math`` (the C library), not from numpy's
-# kernels chosen by CPU; numpy's sums and arithmetic are the same on every CPU (checked).
+# ``exp``, ``**``, log-gamma and incomplete gamma functions therefore come from
+# ``co3cli.detmath`` (the same bits on every CPU; numpy's kernels, the C library's and so
+# SciPy's special functions are chosen by CPU); numpy's sums and arithmetic are the same on
+# every CPU (checked).
 
 
 def _pow(a: np.ndarray, p: float) -> np.ndarray:
-    """``a ** p`` elementwise by ``math.pow`` (not numpy's CPU-dispatched kernels)."""
-    return np.array([math.pow(v, p) for v in a.ravel().tolist()]).reshape(a.shape)
+    """``a ** p`` elementwise (:func:`co3cli.detmath.pow`)."""
+    from co3cli import detmath  # (numba: not at import, for the CLI's start-up)
+
+    return detmath.pow(a, p)
 
 
 def _exp(a) -> np.ndarray:
-    """``exp(a)`` elementwise by ``math.exp``."""
-    return np.array([math.exp(v) for v in np.ravel(a).tolist()])
+    """``exp(a)`` elementwise (:func:`co3cli.detmath.exp`), always an array."""
+    from co3cli import detmath
+
+    return np.atleast_1d(detmath.exp(a))
 
 
 def gennorm_quant_mse(grid, beta: float, c) -> np.ndarray | float:
@@ -279,15 +285,18 @@ def gennorm_quant_mse(grid, beta: float, c) -> np.ndarray | float:
 
 @lru_cache(maxsize=512)
 def _mse_unit_scale(grid_id, mags_b: bytes, edges_b: bytes, beta: float) -> float:
-    from scipy import optimize, special
+    from scipy import optimize
+
+    from co3cli import detmath
 
     mags, edges = np.frombuffer(mags_b), np.frombuffer(edges_b)
     a = 1.0 / beta
     # the top magnitude maps to z_top = m_K / c; search z_top between the 25 % quantile of |X|
     # and its (1 - 1e-30) quantile: below, most entries saturate; above, nothing changes
-    z_lo = float(special.gammaincinv(a, 0.25)) ** a
-    z_hi = float(special.gammainccinv(a, 1e-30)) ** a
-    lc = np.linspace(math.log(mags[-1] / z_hi), math.log(mags[-1] / z_lo), 97)
+    z_lo = float(_pow(np.array([detmath.gamma_quantile(a, 0.25)]), a)[0])
+    z_hi = float(_pow(np.array([detmath.gamma_quantile(a, 1e-30, upper=True)]), a)[0])
+    lc = np.linspace(float(detmath.log(mags[-1] / z_hi)), float(detmath.log(mags[-1] / z_lo)),
+                     97)
     mse = _gennorm_unit_mse(mags, edges, beta, _exp(lc))
     # refine the three best local minima of the coarse scan with a bounded Brent search
     interior = [i for i in range(len(lc))
@@ -296,11 +305,11 @@ def _mse_unit_scale(grid_id, mags_b: bytes, edges_b: bytes, beta: float) -> floa
     for i in sorted(interior, key=lambda i: mse[i])[:3]:
         lo, hi = lc[max(i - 1, 0)], lc[min(i + 1, len(lc) - 1)]
         res = optimize.minimize_scalar(
-            lambda s: float(_gennorm_unit_mse(mags, edges, beta, [math.exp(s)])[0]),
+            lambda s: float(_gennorm_unit_mse(mags, edges, beta, _exp(s))[0]),
             bounds=(lo, hi), method="bounded", options={"xatol": 1e-7})
         if res.fun < best_f:
             best_x, best_f = float(res.x), float(res.fun)
-    return math.exp(best_x)
+    return float(_exp(best_x)[0])
 
 
 def gennorm_mse_unit_scale(grid, beta: float) -> float:
@@ -368,6 +377,7 @@ def empirical_mse_scale(x: np.ndarray, grid, points: int = 129) -> float | None:
     """
     from scipy import optimize
 
+    from co3cli import detmath  # the same scale on every CPU (the search's exp and log)
     from co3cli.models.families import grid_arrays
 
     sm = SortedMagnitudes(x)
@@ -377,20 +387,20 @@ def empirical_mse_scale(x: np.ndarray, grid, points: int = 129) -> float | None:
     top = float(grid_arrays(grid)[0][-1])
     amax, lo = sm.a[-1], sm.a[nz + (sm.n - nz) // 2]
     lo = lo if lo < amax else amax / 2
-    lt = np.linspace(math.log(lo), math.log(2 * amax), points)
+    lt = np.linspace(detmath.log(float(lo)), detmath.log(2.0 * float(amax)), points)
     f = sm.mse(grid, top / _exp(lt))
-    best_t, best_f = math.log(amax), float(sm.mse(grid, top / amax)[0])  # absmax
+    best_t, best_f = detmath.log(float(amax)), float(sm.mse(grid, top / amax)[0])  # absmax
     if f.min() < best_f:
         best_t, best_f = float(lt[np.argmin(f)]), float(f.min())
     local = [i for i in range(points)
              if (i == 0 or f[i] <= f[i - 1]) and (i == points - 1 or f[i] <= f[i + 1])]
     for i in sorted(local, key=lambda i: f[i])[:3]:
-        res = optimize.minimize_scalar(lambda u: float(sm.mse(grid, top / math.exp(u))[0]),
+        res = optimize.minimize_scalar(lambda u: float(sm.mse(grid, top / detmath.exp(u))[0]),
                                        bounds=(lt[max(i - 1, 0)], lt[min(i + 1, points - 1)]),
                                        method="bounded", options={"xatol": 1e-6})
         if res.fun < best_f:
             best_t, best_f = float(res.x), float(res.fun)
-    return top / math.exp(best_t)
+    return top / detmath.exp(best_t)
 
 
 def co3_poly_scale(beta: float, alpha: float) -> float:
@@ -400,5 +410,6 @@ def co3_poly_scale(beta: float, alpha: float) -> float:
 
     b = check_positive(beta, "beta")
     alpha = check_positive(alpha, "alpha")
-    p = 0.46 - 2.85 * b + 5.37 * b ** 2 - 2.85 * b ** 3 + 0.52 * b ** 4
+    b2 = b * b  # products, not the C library's pow: the same bits on every CPU
+    p = 0.46 - 2.85 * b + 5.37 * b2 - 2.85 * (b2 * b) + 0.52 * (b2 * b2)
     return max(p, 0.0009) / alpha

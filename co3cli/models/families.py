@@ -74,14 +74,12 @@ class _GenNorm:
     stand_in = {"beta": 2.0, "scale": 1.0}
 
     @staticmethod
-    def pq(t, p):
-        from scipy import special
-
-        from co3cli import detmath  # (numba: not at import, for the CLI's start-up)
+    def pq(t, p):  # (co3cli.detmath: the same bits on every CPU; numba not at import)
+        from co3cli import detmath
 
         a = 1.0 / p["beta"]
         w = detmath.pow(np.asarray(t, dtype=np.float64) / p["scale"], p["beta"])
-        return special.gammainc(a, w), special.gammaincc(a, w)
+        return detmath.gammainc_pq(a, w)
 
     @staticmethod
     def quantile(pr, q, p):
