@@ -94,6 +94,18 @@ def test_a_primed_state_kept_per_process_is_the_state_priming_gives():
     assert len(payloads) == 1
 
 
+def test_text_model_tables_are_pinned():
+    """The squash and stretch tables both ends of every 1.5 header build: a change is a new
+    format (the files written so far would not decode)."""
+    import hashlib
+
+    from co3cli.coding import textcm_kernels as k
+
+    digest = [hashlib.sha256(t.astype("<i8").tobytes()).hexdigest()[:16]
+              for t in (k.SQUASH, k.STRETCH)]
+    assert digest == ["19057d5fd13d67d8", "5c145604940676df"]
+
+
 def test_text_coder_is_deterministic_and_empty_costs_four_bytes():
     assert _code([("code", b"abc" * 50)]) == _code([("code", b"abc" * 50)])
     assert len(_code([])) == 4

@@ -41,9 +41,13 @@ NSTATE = 16
 
 def _squash_table() -> np.ndarray:
     """``4096 / (1 + exp(-x / 256))`` for x in [-2048, 2047], rounded, in [1, 4095]: built
-    once from exact integers (rounding the float of each entry; the table is the contract)."""
+    once from exact integers (rounding the float of each entry; the table is the contract,
+    pinned by a test). ``co3cli.detmath``'s exp, the same bits on every CPU; and no entry's
+    float lies within 1.7e-4 of a rounding boundary, so no exp's last bit could move one."""
+    from co3cli import detmath
+
     x = np.arange(-2048, 2048, dtype=np.float64)
-    return np.clip(np.rint(4096.0 / (1.0 + np.exp(-x / 256.0))), 1, 4095).astype(np.int64)
+    return np.clip(np.rint(4096.0 / (1.0 + detmath.exp(-x / 256.0))), 1, 4095).astype(np.int64)
 
 
 SQUASH = _squash_table()
