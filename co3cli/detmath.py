@@ -54,6 +54,28 @@ _TWO54 = 18014398509481984.0
 _SHIFTER = 6755399441055744.0  # 1.5 * 2**52: (v + it) - it rounds v to an integer
 
 
+_EXP_TAIL = np.array([1.0 / math.factorial(k) for k in range(13, 1, -1)])
+"""``1/13!, 1/12!, ..., 1/2!``: ``_exp_tail``'s coefficients, highest first."""
+_LOG_Q = np.array([1.0 / k for k in range(23, 1, -2)])
+"""``1/23, 1/21, ..., 1/3``: ``_log_m``'s, highest first."""
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _horner(c, x):  # pragma: no cover - compiled
+    """``c[0] x**(n-1) + ... + c[n-1]`` by Horner's rule (one rounding per step, in order)."""
+    p = c[0]
+    for k in range(1, c.size):
+        p = p * x + c[k]
+    return p
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _exp_tail(r):  # pragma: no cover - compiled
+    """``(exp(r) - 1 - r) / r**2`` by its Taylor polynomial to the ``r**11 / 13!`` term (for
+    ``|r| <= ln2 / 2``): ``exp(r) = (tail r + 1) r + 1``."""
+    return _horner(_EXP_TAIL, r)
+
+
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def exp1(x):  # pragma: no cover - compiled
     """``exp(x)`` of one float64 (the module docstring)."""
@@ -63,20 +85,7 @@ def exp1(x):  # pragma: no cover - compiled
         return 0.0
     k = (x * _INV_LN2 + _SHIFTER) - _SHIFTER   # x / ln 2 rounded to an integer (ties even)
     r = (x - k * _LN2_HI) - k * _LN2_LO
-    p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
+    p = (_exp_tail(r) * r + 1.0) * r + 1.0
     ki = np.int64(k)
     if ki > 1023:
         return (p * 2.0) * _POW2[1023 + 1074]
@@ -93,18 +102,7 @@ def _log_m(m):  # pragma: no cover - compiled
     f = m - 1.0
     s = f / (2.0 + f)
     z = s * s
-    q = 1.0 / 23.0
-    q = q * z + 1.0 / 21.0
-    q = q * z + 1.0 / 19.0
-    q = q * z + 1.0 / 17.0
-    q = q * z + 1.0 / 15.0
-    q = q * z + 1.0 / 13.0
-    q = q * z + 1.0 / 11.0
-    q = q * z + 1.0 / 9.0
-    q = q * z + 1.0 / 7.0
-    q = q * z + 1.0 / 5.0
-    q = q * z + 1.0 / 3.0
-    return f - s * (f - (2.0 * z) * q)
+    return f - s * (f - (2.0 * z) * _horner(_LOG_Q, z))
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
@@ -138,19 +136,7 @@ def _expm1_into(x, out):  # pragma: no cover - compiled
     for i in range(x.size):
         v = x[i]
         if abs(v) < 0.34657359027997264:   # |v| <= ln2 / 2: exp1's polynomial less its 1
-            p = 1.0 / 6227020800.0
-            p = p * v + 1.0 / 479001600.0
-            p = p * v + 1.0 / 39916800.0
-            p = p * v + 1.0 / 3628800.0
-            p = p * v + 1.0 / 362880.0
-            p = p * v + 1.0 / 40320.0
-            p = p * v + 1.0 / 5040.0
-            p = p * v + 1.0 / 720.0
-            p = p * v + 1.0 / 120.0
-            p = p * v + 1.0 / 24.0
-            p = p * v + 1.0 / 6.0
-            p = p * v + 0.5
-            out[i] = v + v * (p * v)
+            out[i] = v + v * (_exp_tail(v) * v)
         else:
             out[i] = exp1(v) - 1.0
 
@@ -220,20 +206,7 @@ def _exp_le0(x):  # pragma: no cover - compiled
     vectorise); the caller clamps ``x`` into that range."""
     k = (x * _INV_LN2 + _SHIFTER) - _SHIFTER   # x / ln 2 rounded to an integer (ties even)
     r = (x - k * _LN2_HI) - k * _LN2_LO
-    p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
+    p = (_exp_tail(r) * r + 1.0) * r + 1.0
     return p * _POW2[np.int32(k) + 1074]
 
 
