@@ -14,8 +14,8 @@ PKG = Path(__file__).resolve().parents[1] / "co3cli"
 
 # layer -> module name prefixes (a prefix matches the module and everything under it)
 LAYERS = {
-    0: ("errors", "registry", "checks", "varint", "detmath", "formats", "quantize", "scales", "models",
-        "mixture", "coding", "tables", "segments", "workers"),
+    0: ("errors", "registry", "checks", "varint", "detmath", "formats", "quantize", "scales",
+        "models", "mixture", "coding", "tables", "segments", "workers"),
     1: ("fileio", "progress", "container", "dump", "data", "codec", "references", "codebook", "fitting",
         "report", "inspection", "plot", "lossless"),
     2: ("compressors",),

@@ -38,8 +38,8 @@ scan of [0.05, 20] if that is higher, polish with safeguarded Newton on a determ
 ``S(b) = sum exp(b L)`` and its first two derivatives, with ``L = log(|x| / max|x|) <= 0``
 precomputed once in float32 (so nothing overflows), computed in float64 in cache-sized
 chunks and summed in a fixed order, with ``co3cli.detmath``'s ``log`` and ``exp`` (the same
-bits on every CPU, so a file's tables are too). beta is searched in :data:`BETA_BOUNDS`. The double Weibull uses the
-same trick (``lambda**c = mean |x|**c``; its profile is concave in c). Normal and Laplace
+bits on every CPU, so a file's tables are too). beta is searched in :data:`BETA_BOUNDS`.
+The double Weibull uses the same trick (``lambda**c = mean |x|**c``; its profile is concave in c). Normal and Laplace
 scales are closed form.
 
 Symbol pmf (:meth:`Fit.pmf`): entry x becomes symbol ``K + sign(y) k`` with ``y = x * scale``
