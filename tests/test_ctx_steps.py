@@ -402,3 +402,45 @@ def test_group_blocks_with_ctx_steps(tmp_path, monkeypatch):
     with Dump.open(tmp_path / "ctx.h5") as a, Dump.open(tmp_path / "ctx-steps.h5") as b:
         for name in a.layers:
             assert np.array_equal(a.read_layer(name).view(np.uint32), b.read_layer(name).view(np.uint32))
+
+
+def test_stream_checkpoint_of_earlier_versions_still_loads():
+    """``tests/golden/ctx-steps-stream.bin.z``: a checkpoint (:meth:`CtxStepsStream.to_bytes`,
+    zlib'd) that co3cli wrote before it kept the column state narrower (int32 estimates,
+    int16 counts; the checkpoint keeps int64): it loads, writes back the same bytes and codes
+    the next step as that version did. Out-of-range column state is refused."""
+    from pathlib import Path
+
+    from co3cli.coding.ctx_steps import CtxStepsStream
+
+    old = zlib.decompress((Path(__file__).parent / "golden" / "ctx-steps-stream.bin.z")
+                          .read_bytes())
+    rng = np.random.default_rng(20261203)
+    K = 127
+    w = np.exp(-np.abs(np.arange(255) - K) / 6.0) + 1e-3 * np.arange(255)
+    table = get_coder("ctx-steps", key_every=0).table_from_weights(w)
+    mag = rng.integers(0, 40, 96)
+    steps = [np.clip(K + np.where(rng.random(96) < 0.5, -1, 1)
+                     * np.clip(mag + rng.integers(-3, 4, 96), 0, 120), 0, 254).astype(np.uint16)
+             for _ in range(3)]
+    s = CtxStepsStream.from_bytes(table, old)
+    assert s.to_bytes() == old
+    assert s.encode(steps[2]).hex() == (
+        "68ca04e9b6828c5f967363732372364958410430f920f5b5a0dafdfccc40cefa0873e4768b79e558c444"
+        "67a8e06ce8dac1c37ece611b705d08a18a3aec77738c4f77dab39ae64dff2d9738bf")
+    fresh = table.stream(96, None)
+    fresh.encode(steps[0])
+    fresh.encode(steps[1])
+    assert fresh.to_bytes() == old  # this version writes the same checkpoint
+    # a column estimate beyond int32 (the first of them: after PR, zparent and minit)
+    from co3cli.varint import uvarints_to_bytes
+
+    npr, nzp, nmc = co3cli.coding.ctx_steps.skern.state_sizes(table._child.size // 2)
+    head = len(uvarints_to_bytes([96, 96, 0, 2, 0]))  # n, cols, key_every, since_key, broken
+    # PR int32, zparent int64, minit bool, col_est and col_n int64 (96 columns), row_off int64
+    # and row_ok bool (one row), 5 int64 scalars, the previous symbols uint16
+    assert len(old) == head + 4 * npr + 8 * nzp + nmc + 2 * 8 * 96 + 8 + 1 + 8 * 5 + 2 * 96
+    at = head + 4 * npr + 8 * nzp + nmc
+    bad = old[:at] + (1 << 40).to_bytes(8, "little") + old[at + 8:]
+    with pytest.raises(CorruptDataError, match="state out of range"):
+        CtxStepsStream.from_bytes(table, bad)

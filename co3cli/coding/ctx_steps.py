@@ -66,6 +66,12 @@ DEFAULT_KEY_EVERY = 16
 (``key_every=0``) on the benchmark dumps (README, ``benchmarks/bench_ctx_steps.py``)."""
 
 
+_WIRE = ("i4", "i8", "?", "i8", "i8", "i8", "?", "i8", "u2")
+"""The checkpoint's types of the state arrays and the previous symbols (:meth:`CtxStepsStream.
+to_bytes`: the column estimates and counts as int64, as co3cli wrote them before it kept them
+narrower)."""
+
+
 def check_key_every(key_every) -> int:
     return check_int("key_every", key_every, 0)
 
@@ -89,9 +95,11 @@ class CtxStepsStream:
         self.key_every = table.key_every if key_every is None else check_key_every(key_every)
         rows = -(-max(self.n, 1) // self.cols)
         npr, nzp, nmc = skern.state_sizes(table._child.size // 2)
+        # PR, zparent, minit, col_est, col_n, row_off, row_ok, scal: the per-column state in
+        # the narrowest types its bounded values take (6 bytes per column, not 16)
         self._arrays = [np.zeros(npr, dtype=np.int32), np.zeros(nzp, dtype=np.int64),
-                        np.zeros(nmc, dtype=np.bool_), np.zeros(self.cols, dtype=np.int64),
-                        np.zeros(self.cols, dtype=np.int64), np.zeros(rows, dtype=np.int64),
+                        np.zeros(nmc, dtype=np.bool_), np.zeros(self.cols, dtype=np.int32),
+                        np.zeros(self.cols, dtype=np.int16), np.zeros(rows, dtype=np.int64),
                         np.zeros(rows, dtype=np.bool_), np.zeros(5, dtype=np.int64)]
         self._prev = np.zeros(self.n, dtype=np.uint16)
         self.reset()
@@ -106,8 +114,8 @@ class CtxStepsStream:
         then the state arrays and the previous symbols (little-endian, fixed sizes)."""
         head = uvarints_to_bytes([self.n, self.cols, self.key_every, self.since_key,
                                   int(self._broken)])
-        return head + b"".join(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
-                               for a in (*self._arrays, self._prev))
+        return head + b"".join(a.astype(np.dtype(w).newbyteorder("<"), copy=False).tobytes()
+                               for a, w in zip((*self._arrays, self._prev), _WIRE))
 
     @classmethod
     def from_bytes(cls, table: "CtxStepsTable", data: bytes) -> "CtxStepsStream":
@@ -119,19 +127,25 @@ class CtxStepsStream:
             raise CorruptDataError("ctx-steps stream: bad header")
         s = cls(table, n, cols, key_every)
         pos = used
-        for a in (*s._arrays, s._prev):
-            size = a.size * a.itemsize
+        wide = []
+        for a, w in zip((*s._arrays, s._prev), _WIRE):
+            w = np.dtype(w).newbyteorder("<")
+            size = a.size * w.itemsize
             if pos + size > len(data):
                 raise CorruptDataError("ctx-steps stream: truncated")
-            a[:] = np.frombuffer(data, dtype=a.dtype.newbyteorder("<"), count=a.size, offset=pos)
+            wide.append(np.frombuffer(data, dtype=w, count=a.size, offset=pos))
             pos += size
         if pos != len(data):
             raise CorruptDataError(f"ctx-steps stream: {len(data) - pos} trailing bytes")
-        PR, zparent, _, _, col_n = s._arrays[:5]
+        PR, zparent, _, col_est, col_n = wide[:5]
         probs = np.concatenate([PR.astype(np.int64), zparent]) >> 8
         if np.any((probs != 0) & ((probs < kern.PMIN) | (probs > kern.PROB_ONE - kern.PMIN))) \
-                or np.any((col_n < 0) | (col_n > kern.COL_CAP)) or s._prev.max(initial=0) >= table.nsym:
+                or np.any((col_n < 0) | (col_n > kern.COL_CAP)) \
+                or np.any((col_est < -(1 << 31)) | (col_est >= 1 << 31)) \
+                or wide[-1].max(initial=0) >= table.nsym:
             raise CorruptDataError("ctx-steps stream: state out of range")
+        for a, w in zip((*s._arrays, s._prev), wide):
+            a[:] = w
         s.since_key, s._broken = since_key, bool(broken)
         return s
 

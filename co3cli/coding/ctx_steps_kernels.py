@@ -70,13 +70,15 @@ def _run_steps(decode, sym, prev, has_prev, buf, cols, K, mmax, child, tp1, path
     nint = child.size // 2
     sbase = NZCTX * NPC
     mbase = sbase + NSCTX
-    col_z = np.full(cols, -1, dtype=np.int64)
+    # per column: the narrowest types their bounded values take (a one-row tensor's row is the
+    # whole tensor; the caller's col_est and col_n are int32 and int16 alike)
+    col_z = np.full(cols, -1, dtype=np.int8)  # -1 .. ZCAP
     # magnitudes and sign classes (0 zero, 1 +, 2 -) of the row above and of this row;
     # -1 (absent) past either end of the row and above the first row
-    up_m = np.full(cols + 2, -1, dtype=np.int64)
-    up_s = np.zeros(cols + 2, dtype=np.int64)
-    cur_m = np.full(cols + 2, -1, dtype=np.int64)
-    cur_s = np.zeros(cols + 2, dtype=np.int64)
+    up_m = np.full(cols + 2, -1, dtype=np.int32)
+    up_s = np.zeros(cols + 2, dtype=np.int8)
+    cur_m = np.full(cols + 2, -1, dtype=np.int32)
+    cur_s = np.zeros(cols + 2, dtype=np.int8)
     # neighbours of the next entry: left a, left-left e, up b, up-left c, up-right d
     a = -1
     e = -1
