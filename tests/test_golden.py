@@ -185,7 +185,10 @@ def test_golden_bytes_do_not_depend_on_the_cpu(tmp_path, monkeypatch, capsys):
     import subprocess
     import sys
 
-    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # numpy 1.x
+        from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the baseline CPU is emulated on x86-64 only")

@@ -113,15 +113,6 @@ def check_precision(precision) -> int:
 # Frequencies
 
 
-def _gain_at(p, f, idx):  # quantize_freqs's gain(f)[idx], by the same expression
-    return p[idx] * detmath.log2((f[idx] + 1) / f[idx])
-
-
-def _loss_at(p, f, idx):  # quantize_freqs's loss(f)[idx]
-    fi = f[idx]
-    return np.where(fi > 1, p[idx] * detmath.log2(fi / np.maximum(fi - 1, 1)), np.inf)
-
-
 def quantize_freqs(weights, precision: int = 16) -> np.ndarray:
     """Integer frequencies summing to ``2**precision`` that minimise the expected code
     length ``-sum p_s log2(f_s / 2**precision)`` (exactly, for the given weights).
@@ -155,15 +146,8 @@ def quantize_freqs(weights, precision: int = 16) -> np.ndarray:
         else:
             k = min(-gap, int(np.count_nonzero(f > 1)))
             f[np.argsort(loss(f), kind="stable")[:k]] -= 1
-    g, c = gain(f), loss(f)
-    while True:  # unit swaps; a swap changes f at two symbols, so only their g and c change
-        j, i = int(np.argmax(g)), int(np.argmin(c))
-        if i == j or not g[j] > c[i] * (1 + 1e-12):
-            break
-        f[j] += 1
-        f[i] -= 1
-        ij = np.array([i, j])
-        g[ij], c[ij] = _gain_at(p, f, ij), _loss_at(p, f, ij)
+    # unit swaps (a swap changes f at two symbols, so only their g and c change)
+    K.unit_swaps(p, f, gain(f), loss(f))
     freqs = np.zeros(w.size, dtype=np.uint32)
     freqs[pos] = f
     return freqs

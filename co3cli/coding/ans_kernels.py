@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from co3cli.detmath import INV_LN2, log1
+
 STATE_LOW = 1 << 31
 """Lower end L of the normalised state interval [L, 2**63); also the initial state."""
 LANE_FLAG = 1 << 31
@@ -418,3 +420,28 @@ def _lookup(lut, sym, out):  # pragma: no cover - compiled
     """``out[i] = lut[sym[i]]`` (the symbols come from a decoder: all in range)."""
     for i in range(sym.size):
         out[i] = lut[sym[i]]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def unit_swaps(p, f, g, c):  # pragma: no cover - compiled
+    """``quantize_freqs``'s last phase in place: while the symbol of largest gain ``g`` (bits
+    saved by ``f + 1``) beats the one of least loss ``c`` (bits lost by ``f - 1``) by more
+    than a relative 1e-12, move one unit between them and update their two gains and losses
+    (the first of equal values, as ``np.argmax``/``np.argmin``; ``co3cli.detmath``'s log, as
+    the vectorised phase before it computes them: the same bits)."""
+    n = f.size
+    while True:
+        j = 0
+        i = 0
+        for k in range(1, n):
+            if g[k] > g[j]:
+                j = k
+            if c[k] < c[i]:
+                i = k
+        if i == j or not g[j] > c[i] * (1 + 1e-12):
+            return
+        f[j] += 1
+        f[i] -= 1
+        for k in (i, j):
+            g[k] = p[k] * (log1((f[k] + 1) / f[k]) * INV_LN2)
+            c[k] = p[k] * (log1(f[k] / max(f[k] - 1, 1)) * INV_LN2) if f[k] > 1 else np.inf
