@@ -179,11 +179,11 @@ def test_golden_bytes_do_not_depend_on_the_cpu(tmp_path, monkeypatch, capsys):
     kernels, the C library's plain (not FMA) ``exp``/``log``/``pow`` (and so SciPy's special
     functions). Before ``co3cli.detmath`` ten of the fixtures came out different; every scale
     rule and table model is covered (those without a fixture against this process's file)."""
-    from conftest import run_cli
-
     import platform
     import subprocess
     import sys
+
+    from conftest import run_cli
 
     try:
         from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
