@@ -373,18 +373,19 @@ def lgamma1(x):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def gamma_pq1(a, x):  # pragma: no cover - compiled
+def gamma_pq1(a, x, lga):  # pragma: no cover - compiled
     """``(P(a, x), Q(a, x))``, the regularised lower and upper incomplete gamma functions, for
-    ``a > 0``, ``x >= 0``: below ``x = a + 1`` P by its power series (Q = 1 - P), above Q by
-    its continued fraction (modified Lentz; P = 1 - Q): each the smaller one directly, so the
-    tails keep their relative accuracy (~1e-14)."""
+    ``a > 0``, ``x >= 0`` (``lga``: ``lgamma1(a)``, computed once per ``a``): below ``x = a +
+    1`` P by its power series (Q = 1 - P), above Q by its continued fraction (modified Lentz;
+    P = 1 - Q): each the smaller one directly, so the tails keep their relative accuracy
+    (~1e-14)."""
     if x != x or a != a:
         return math.nan, math.nan
     if x <= 0.0:
         return 0.0, 1.0
     if x == math.inf:
         return 1.0, 0.0
-    lpre = a * log1(x) - x - lgamma1(a)
+    lpre = a * log1(x) - x - lga
     if x < a + 1.0:
         ap = a
         d = 1.0 / a
@@ -422,8 +423,9 @@ def gamma_pq1(a, x):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _gamma_pq_into(a, x, p, q):  # pragma: no cover - compiled
+    lga = lgamma1(a)
     for i in range(x.size):
-        p[i], q[i] = gamma_pq1(a, x[i])
+        p[i], q[i] = gamma_pq1(a, x[i], lga)
 
 
 def gammainc_pq(a: float, x) -> tuple[np.ndarray, np.ndarray]:
@@ -445,9 +447,10 @@ def gamma_quantile(a: float, prob: float, upper: bool = False) -> float:
     """The ``x`` with ``P(a, x) = prob`` (``upper``: ``Q(a, x) = prob``), ``0 < prob < 1``, by
     bisection of ``log x`` (to 1e-13 relative): the same bits on every machine."""
     lo, hi = -745.0, 710.0
+    lga = float(lgamma1(float(a)))
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        p, q = gamma_pq1(float(a), float(exp1(mid)))
+        p, q = gamma_pq1(float(a), float(exp1(mid)), lga)
         if (q > prob) if upper else (p < prob):
             lo = mid
         else:
