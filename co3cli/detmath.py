@@ -43,8 +43,7 @@ import math
 import numpy as np
 from numba import njit
 
-_INV_LN2 = 1.4426950408889634
-INV_LN2 = _INV_LN2
+INV_LN2 = 1.4426950408889634
 """``1 / ln 2`` (:func:`log2` multiplies :func:`log1` by it)."""
 _LN2_HI = 6.93147180369123816490e-01  # 0x3FE62E42FEE00000: 21 trailing zero bits
 _LN2_LO = 1.90821492927058770002e-10
@@ -85,7 +84,7 @@ def exp1(x):  # pragma: no cover - compiled
         return x if x != x else math.inf
     if x < _EXP_LO:
         return 0.0
-    k = (x * _INV_LN2 + _SHIFTER) - _SHIFTER   # x / ln 2 rounded to an integer (ties even)
+    k = (x * INV_LN2 + _SHIFTER) - _SHIFTER   # x / ln 2 rounded to an integer (ties even)
     r = (x - k * _LN2_HI) - k * _LN2_LO
     p = (_exp_tail(r) * r + 1.0) * r + 1.0
     ki = np.int64(k)
@@ -187,7 +186,7 @@ def log(x):
 
 def log2(x):
     """``log2`` as ``log(x) * (1 / ln 2)``: the same bits on every machine."""
-    return log(x) * _INV_LN2
+    return log(x) * INV_LN2
 
 
 def pow(x, p: float):
@@ -271,7 +270,7 @@ def power_sums(L, b):  # pragma: no cover - compiled
         for i in range(m):
             v = np.float64(L[lo + i])
             x = max(b * v, -708.0)
-            k = (x * _INV_LN2 + _SHIFTER) - _SHIFTER
+            k = (x * INV_LN2 + _SHIFTER) - _SHIFTER
             r = (x - k * _LN2_HI) - k * _LN2_LO
             eb[i] = (_exp_tail(r) * r + 1.0) * r + 1.0
             kb[i] = (np.int64(k) + 1023) << 52   # 2**k (k >= -1022: a normal number)
@@ -443,18 +442,23 @@ def lgamma(x: float) -> float:
     return float(lgamma1(float(x)))
 
 
-def gamma_quantile(a: float, prob: float, upper: bool = False) -> float:
-    """The ``x`` with ``P(a, x) = prob`` (``upper``: ``Q(a, x) = prob``), ``0 < prob < 1``, by
-    bisection of ``log x`` (to 1e-13 relative): the same bits on every machine."""
+@njit(cache=True, nogil=True, error_model="numpy")
+def _gamma_quantile1(a, prob, upper):  # pragma: no cover - compiled
     lo, hi = -745.0, 710.0
-    lga = float(lgamma1(float(a)))
+    lga = lgamma1(a)
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        p, q = gamma_pq1(float(a), float(exp1(mid)), lga)
+        p, q = gamma_pq1(a, exp1(mid), lga)
         if (q > prob) if upper else (p < prob):
             lo = mid
         else:
             hi = mid
         if hi - lo < 1e-13:
             break
-    return float(exp1(0.5 * (lo + hi)))
+    return exp1(0.5 * (lo + hi))
+
+
+def gamma_quantile(a: float, prob: float, upper: bool = False) -> float:
+    """The ``x`` with ``P(a, x) = prob`` (``upper``: ``Q(a, x) = prob``), ``0 < prob < 1``, by
+    bisection of ``log x`` (to 1e-13 relative): the same bits on every machine."""
+    return float(_gamma_quantile1(float(a), float(prob), bool(upper)))

@@ -239,7 +239,7 @@ def _gennorm_unit_mse(mags: np.ndarray, edges: np.ndarray, beta: float, c) -> np
         P = np.concatenate([zeros, p, ones], axis=1)
         Q = np.concatenate([ones, q, zeros], axis=1)
         diff = np.where(P[:, 1:] <= 0.5, P[:, 1:] - P[:, :-1], Q[:, :-1] - Q[:, 1:])
-        mom.append(diff * _exp(detmath.lgamma(a) - detmath.lgamma(1 / beta))[0])
+        mom.append(diff * detmath.exp(detmath.lgamma(a) - detmath.lgamma(1 / beta)))
     v = mags[None, :] / c
     return np.sum(mom[2] - 2 * v * mom[1] + v * v * mom[0], axis=1)
 
@@ -293,10 +293,9 @@ def _mse_unit_scale(grid_id, mags_b: bytes, edges_b: bytes, beta: float) -> floa
     a = 1.0 / beta
     # the top magnitude maps to z_top = m_K / c; search z_top between the 25 % quantile of |X|
     # and its (1 - 1e-30) quantile: below, most entries saturate; above, nothing changes
-    z_lo = float(_pow(np.array([detmath.gamma_quantile(a, 0.25)]), a)[0])
-    z_hi = float(_pow(np.array([detmath.gamma_quantile(a, 1e-30, upper=True)]), a)[0])
-    lc = np.linspace(float(detmath.log(mags[-1] / z_hi)), float(detmath.log(mags[-1] / z_lo)),
-                     97)
+    z_lo = detmath.pow(detmath.gamma_quantile(a, 0.25), a)
+    z_hi = detmath.pow(detmath.gamma_quantile(a, 1e-30, upper=True), a)
+    lc = np.linspace(detmath.log(mags[-1] / z_hi), detmath.log(mags[-1] / z_lo), 97)
     mse = _gennorm_unit_mse(mags, edges, beta, _exp(lc))
     # refine the three best local minima of the coarse scan with a bounded Brent search
     interior = [i for i in range(len(lc))
@@ -309,7 +308,7 @@ def _mse_unit_scale(grid_id, mags_b: bytes, edges_b: bytes, beta: float) -> floa
             bounds=(lo, hi), method="bounded", options={"xatol": 1e-7})
         if res.fun < best_f:
             best_x, best_f = float(res.x), float(res.fun)
-    return float(_exp(best_x)[0])
+    return detmath.exp(best_x)
 
 
 def gennorm_mse_unit_scale(grid, beta: float) -> float:
