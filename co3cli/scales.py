@@ -412,3 +412,72 @@ def co3_poly_scale(beta: float, alpha: float) -> float:
     b2 = b * b  # products, not the C library's pow: the same bits on every CPU
     p = 0.46 - 2.85 * b + 5.37 * b2 - 2.85 * (b2 * b) + 0.52 * (b2 * b2)
     return max(p, 0.0009) / alpha
+
+
+# ----------------------------------------------------------------------------------------
+# The shortest scale of the same quantization (what a file stores)
+# ----------------------------------------------------------------------------------------
+
+
+def _sq_error(x64: np.ndarray, sym: np.ndarray, grid: Grid, scale) -> float:
+    """Squared error of the reconstruction ``values[sym] / scale`` (float32, as decoded), in
+    float64, summed in a fixed order (:func:`co3cli.detmath.fsum`: the same on every CPU)."""
+    from co3cli import detmath
+    from co3cli.quantize import dequantize
+
+    d = x64 - dequantize(sym, grid, scale)
+    return float(detmath.fsum(d * d))
+
+
+def _rounded(bits: int, k: int) -> list[int]:
+    """The float32 bit patterns of ``k`` mantissa bits next to ``bits`` (below, then above:
+    one when ``bits`` has no more); none above float32's largest finite value."""
+    drop = 23 - k
+    lo = bits >> drop << drop
+    hi = lo + (1 << drop)
+    return [lo] if lo == bits else [lo] + ([hi] if hi < 0x7F800000 else [])
+
+
+def short_scale(x, grid: Grid, scale, sym: np.ndarray) -> np.float32:
+    """The positive float32 with the fewest mantissa bits (its low bits zero) that quantizes
+    ``x`` to exactly ``sym`` (its symbols at ``scale``) and reconstructs it with no larger
+    squared error than ``scale``; ``scale`` where no shorter one does.
+
+    A file stores each scale's mantissa bits (``co3cli.container.gcompact``); absmax's
+    ``top / max|x|`` has all 23, but a tensor of a few hundred entries keeps its symbols over
+    a range of scales some 2**-8 wide, so 6-12 bits do. The symbols, and so the payload, are
+    the same; the decoded values move by less than that range, never further from ``x`` in
+    all. The search: for ``k`` mantissa bits the two float32s of ``k`` bits around ``scale``,
+    the one of smaller error that passes; a bisection on ``k`` (a shorter ``k`` passing means
+    every longer one does: each entry keeps its symbol over an interval of scales, and the
+    error is a quadratic in ``1 / scale``), about 10 quantizations of ``x`` in all."""
+    from co3cli.quantize import as_f32_1d, quantize
+
+    x = as_f32_1d(x)
+    s = np.float32(scale)
+    bits = int(np.array(s, dtype=np.float32).view(np.uint32))
+    x64 = x.astype(np.float64)
+    limit = _sq_error(x64, sym, grid, s)
+
+    def passing(k: int):
+        best = None
+        for b in _rounded(bits, k):
+            c = np.array(b, dtype=np.uint32).view(np.float32)[()]
+            if b == bits:
+                return c
+            if not np.array_equal(quantize(x, grid, c), sym):
+                continue
+            e = _sq_error(x64, sym, grid, c)
+            if e <= limit and (best is None or e < best[0]):
+                best = (e, c)
+        return None if best is None else best[1]
+
+    lo, hi, out = 0, 23, s
+    while lo < hi:
+        mid = (lo + hi) // 2
+        c = passing(mid)
+        if c is None:
+            lo = mid + 1
+        else:
+            hi, out = mid, c
+    return np.float32(out)

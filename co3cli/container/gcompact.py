@@ -70,6 +70,8 @@ whose joined groups may be ``GRC`` blocks."""
 PER_MEMBER, STACKED, STREAM, STREAM_STEPS = 0, 1, 2, 3
 STREAMS = (STREAM, STREAM_STEPS)
 _HIGH, _LOW = 9, 23
+SHORT = 0x80  # the width byte's flag of the short form (1.5, written where smaller)
+_CODE, _FULL = 4, 15  # bits of a mantissa's length code; the code of all 23 bits
 SCALE_ROWS = 1 << 16  # scales unpacked at a time (a multiple of 8: ~2 MB of bits, 17 MB as int64)
 
 
@@ -81,8 +83,48 @@ def stacks(cols: list[int]) -> list[list[int]]:
     return list(out.values())
 
 
+def _field_bits(v: np.ndarray, nbits: np.ndarray) -> np.ndarray:
+    """The low ``nbits[i]`` (0..32) bits of each ``v[i]``, MSB first, one after the other
+    (uint8 0/1), ``SCALE_ROWS`` values at a time."""
+    out = []
+    for lo in range(0, v.size, SCALE_ROWS):
+        w, n = v[lo:lo + SCALE_ROWS], nbits[lo:lo + SCALE_ROWS]
+        words = (w << (32 - n)).astype(">u4")  # left-aligned (a 0-bit field: v is 0)
+        m = np.unpackbits(words.view(np.uint8).reshape(-1, 4), axis=1)
+        out.append(m[np.arange(32) < n[:, None]])
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.uint8)
+
+
+def _bits_field(bits: np.ndarray, nbits: np.ndarray) -> np.ndarray:
+    """:func:`_field_bits` undone: the values (int64) of fields of ``nbits`` bits each."""
+    out, at = np.zeros(nbits.size, dtype=np.int64), 0
+    for lo in range(0, nbits.size, SCALE_ROWS):
+        n = nbits[lo:lo + SCALE_ROWS]
+        m = np.zeros((n.size, 32), dtype=np.uint8)
+        used = int(n.sum())
+        m[np.arange(32) < n[:, None]] = bits[at:at + used]
+        at += used
+        words = np.packbits(m, axis=1).view(">u4").ravel().astype(np.int64)
+        out[lo:lo + n.size] = words >> (32 - n)
+    return out
+
+
+def _mantissa_lengths(low: np.ndarray) -> np.ndarray:
+    """Each 23-bit mantissa's length less its trailing zero bits, as stored: the code's
+    (0..14) or all 23."""
+    tz = np.zeros(low.size, dtype=np.int64)
+    rest = low.copy()
+    for b in (16, 8, 4, 2, 1):  # trailing zeros of the non-zero ones, a bisection
+        z = (rest != 0) & (rest & ((1 << b) - 1) == 0)
+        tz += b * z
+        rest = np.where(z, rest >> b, rest)
+    lens = np.where(low == 0, 0, _LOW - tz)
+    return np.where(lens < _FULL, lens, _LOW)
+
+
 def pack_scales(scales: np.ndarray) -> bytes:
-    """The ``scales`` section of float32 ``scales`` (any bit patterns; exact)."""
+    """The ``scales`` section of float32 ``scales`` (any bit patterns; exact): the short form
+    where smaller."""
     bits = np.ascontiguousarray(scales, dtype="<f4").view("<u4").astype(np.int64)
     if not bits.size:
         return b"\0\0\0"
@@ -90,12 +132,21 @@ def pack_scales(scales: np.ndarray) -> bytes:
     d = np.diff(high, prepend=high[0])
     z = np.where(d >= 0, 2 * d, -2 * d - 1)
     width = int(z.max()).bit_length()
-    parts = [bytes([width]) + int(high[0]).to_bytes(2, "little")]
+    head = int(high[0]).to_bytes(2, "little")
+    parts = [bytes([width]) + head]
     for lo in range(0, bits.size, SCALE_ROWS):  # SCALE_ROWS (a multiple of 8) rows end on a byte
         cols = [((v[lo:lo + SCALE_ROWS, None] >> np.arange(w - 1, -1, -1)) & 1)
                 for v, w in ((z, width), (low, _LOW)) if w]
         parts.append(np.packbits(np.concatenate(cols, axis=1).astype(np.uint8).ravel()).tobytes())
-    return b"".join(parts)
+    full = b"".join(parts)
+    lens = _mantissa_lengths(low)
+    if 3 + (bits.size * (width + _CODE) + int(lens.sum()) + 7) // 8 >= len(full):
+        return full
+    n = np.full(bits.size, 1, dtype=np.int64)
+    short = np.concatenate([_field_bits(z, width * n), _field_bits(np.minimum(lens, _FULL),
+                                                                    _CODE * n),
+                            _field_bits(low >> (_LOW - lens), lens)])
+    return bytes([SHORT | width]) + head + np.packbits(short).tobytes()
 
 
 def read_scales(buf, pos: int, end: int, n: int, what: str) -> tuple[np.ndarray, int]:
@@ -104,15 +155,34 @@ def read_scales(buf, pos: int, end: int, n: int, what: str) -> tuple[np.ndarray,
     if pos + 3 > end:
         raise CorruptDataError(f"{what}: scales overrun the block")
     width, first = buf[pos], int.from_bytes(bytes(buf[pos + 1:pos + 3]), "little")
+    short, width = width & SHORT, width & ~SHORT
     if width > _HIGH + 1 or first >> _HIGH:
         raise CorruptDataError(f"{what}: bad scales section (width {width}, first {first})")
+    if short:
+        z, low, nbits = _read_short(buf, pos + 3, end, n, width, what)
+    else:
+        z, low, nbits = _read_full(buf, pos + 3, end, n, width, what)
+    nbytes = (nbits + 7) // 8
+    raw_last = buf[pos + 3 + nbytes - 1] if nbytes else 0
+    if nbits % 8 and raw_last & ((1 << (8 - nbits % 8)) - 1) or (n == 0 and first):
+        raise CorruptDataError(f"{what}: scales section padded with non-zero bits")
+    d = (z >> 1) ^ -(z & 1)
+    if n and d[0]:
+        raise CorruptDataError(f"{what}: the first scale's difference is not 0")
+    high = first + np.cumsum(d)
+    if n and (high.min() < 0 or high.max() >> _HIGH):
+        raise CorruptDataError(f"{what}: a scale's exponent out of range")
+    vals = ((high << _LOW) | low).astype("<u4").view("<f4").astype(np.float32)
+    return vals, pos + 3 + nbytes
+
+
+def _read_full(buf, pos: int, end: int, n: int, width: int, what: str):
+    """Exponent differences and mantissas of ``n`` scales of ``width + 23`` bits each."""
     per = width + _LOW
     nbytes = (n * per + 7) // 8
-    if pos + 3 + nbytes > end:
+    if pos + nbytes > end:
         raise CorruptDataError(f"{what}: scales overrun the block")
-    raw = np.frombuffer(bytes(buf[pos + 3:pos + 3 + nbytes]), dtype=np.uint8)
-    if (n * per) % 8 and raw[-1] & ((1 << (8 - (n * per) % 8)) - 1) or (n == 0 and first):
-        raise CorruptDataError(f"{what}: scales section padded with non-zero bits")
+    raw = np.frombuffer(bytes(buf[pos:pos + nbytes]), dtype=np.uint8)
     w = 1 << np.arange(per - 1, -1, -1, dtype=np.int64)
     z, low = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     for lo in range(0, n, SCALE_ROWS):  # SCALE_ROWS rows of bits at a time: bounded memory
@@ -122,14 +192,26 @@ def read_scales(buf, pos: int, end: int, n: int, what: str) -> tuple[np.ndarray,
         if width:
             z[lo:lo + k] = m[:, :width] @ w[_LOW:]
         low[lo:lo + k] = m[:, width:] @ w[width:]
-    d = (z >> 1) ^ -(z & 1)
-    if n and d[0]:
-        raise CorruptDataError(f"{what}: the first scale's difference is not 0")
-    high = first + np.cumsum(d)
-    if n and (high.min() < 0 or high.max() >> _HIGH):
-        raise CorruptDataError(f"{what}: a scale's exponent out of range")
-    vals = ((high << _LOW) | low).astype("<u4").view("<f4").astype(np.float32)
-    return vals, pos + 3 + nbytes
+    return z, low, n * per
+
+
+def _read_short(buf, pos: int, end: int, n: int, width: int, what: str):
+    """The short form: ``n`` exponent differences, ``n`` length codes, then the mantissas'
+    stored bits."""
+    fixed = n * (width + _CODE)
+    if pos + (fixed + 7) // 8 > end:
+        raise CorruptDataError(f"{what}: scales overrun the block")
+    head = np.unpackbits(np.frombuffer(bytes(buf[pos:pos + (fixed + 7) // 8]), dtype=np.uint8))
+    one = np.full(n, 1, dtype=np.int64)
+    z = _bits_field(head[:n * width], width * one)
+    code = _bits_field(head[n * width:fixed], _CODE * one)
+    lens = np.where(code < _FULL, code, _LOW)
+    total = fixed + int(lens.sum())
+    if pos + (total + 7) // 8 > end:
+        raise CorruptDataError(f"{what}: scales overrun the block")
+    raw = np.frombuffer(bytes(buf[pos + fixed // 8:pos + (total + 7) // 8]), dtype=np.uint8)
+    man = _bits_field(np.unpackbits(raw)[fixed % 8:fixed % 8 + total - fixed], lens)
+    return z, man << (_LOW - lens), total
 
 
 def prior_bytes(meta: dict, table: bytes, layout: int) -> int:
