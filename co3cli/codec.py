@@ -117,15 +117,6 @@ def _scales(infos) -> np.ndarray:
     return np.array([i.scale for i in infos], dtype=np.float32)
 
 
-def short_scales(data: np.ndarray, grid, scales: np.ndarray, sym: np.ndarray) -> np.ndarray:
-    """Per step the shortest scale of the same symbols and no larger error
-    (:func:`co3cli.scales.short_scale`)."""
-    from co3cli.scales import short_scale
-
-    return np.array([short_scale(x, grid, s, q) for x, s, q in zip(data, scales, sym)],
-                    dtype=np.float32)
-
-
 def _framed(bodies) -> int:
     """Bytes of chunk bodies with their length varints."""
     return sum(len(b) + len(uvarint(len(b))) for b in bodies)
@@ -262,6 +253,8 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
             best = (size, table, meta, bodies, joined, stacked, layout)
     _, table, meta, bodies, joined, stacked, layout = best
     if joined:  # a GRC block stores each scale's mantissa bits: the shortest of the same symbols
+        from co3cli.scales import short_scales
+
         scaless = [short_scales(d, grid, s, sym) for d, s, (sym, _, _) in
                    zip(datas, scaless, quantized)]
     pay = None if stacked is None else payload_shares(

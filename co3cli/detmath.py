@@ -322,6 +322,22 @@ def fsum(a):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def fsum_rows(a):  # pragma: no cover - compiled
+    """:func:`fsum` of each row of a 2-D float array (float64, one per row)."""
+    out = np.empty(a.shape[0])
+    acc = np.empty(LANES)
+    for r in range(a.shape[0]):
+        acc[:] = 0.0
+        for i in range(a.shape[1]):
+            acc[i % LANES] += np.float64(a[r, i])
+        t = 0.0
+        for j in range(LANES):
+            t += acc[j]
+        out[r] = t
+    return out
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def log_ratio_f32(a, bits, amax, out):  # pragma: no cover - compiled
     """``out = float32(min(log(a) - log(amax), 0))`` for float32 ``a > 0`` (``bits``: its
     int32 view), as ``log1`` computes it: the exponent from the bits, ``log m`` by the same

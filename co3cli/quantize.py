@@ -43,8 +43,9 @@ def _get_kernel():
         from numba import njit
 
         @njit(cache=True, nogil=True)
-        def quantize_kernel(x, scale, is_fp, man_bits, emin, kmax, vmax, out, counts):
-            """Returns the number of non-finite products (their symbols are undefined).
+        def quantize_kernel(x2, scales, is_fp, man_bits, emin, kmax, vmax, out2, counts):
+            """Row ``r`` of ``x2`` at ``scales[r]`` into ``out2[r]``; returns the number of
+            non-finite products (their symbols are undefined).
 
             Normal-range fp rounding works on the float32 bit pattern: adding
             ``2**(sh-1) - 1 + lsb`` then shifting right by ``sh = 23 - M`` rounds the mantissa
@@ -58,35 +59,37 @@ def _get_kernel():
             sub_mul = math.ldexp(1.0, man_bits - emin)
             lim_sub = math.ldexp(1.0, emin)
             bad = 0
-            for start in range(0, x.size, ybuf.size):
-                stop = min(start + ybuf.size, x.size)
-                for i in range(start, stop):
-                    ybuf[i - start] = x[i] * scale  # float32 * float32 -> float32
-                for i in range(start, stop):
-                    y = ybuf[i - start]
-                    b = ubuf[i - start] & 0x7FFFFFFF
-                    if b >= 0x7F800000:  # NaN or Inf
-                        bad += 1
-                        out[i] = kmax
-                        continue
-                    a = abs(np.float64(y))
-                    if a >= vmax:
-                        k = kmax
-                    elif not is_fp:
-                        k = np.int64(np.rint(a))
-                    elif a < lim_sub:  # the grid's subnormal range: a fixed quantum
-                        k = np.int64(np.rint(a * sub_mul))
-                    elif b < 0x00800000:  # float32 subnormal inside the grid's normal range
-                        e = math.frexp(a)[1] - 1
-                        k = (e - emin) * (1 << man_bits) + np.int64(
-                            np.rint(math.ldexp(a, man_bits - e)))
-                    else:
-                        k = np.int64((b + half + ((b >> sh) & 1)) >> sh) - offset
-                    if k > kmax:
-                        k = kmax
-                    s = kmax - k if y < 0 else kmax + k
-                    out[i] = s
-                    counts[s] += 1
+            for r in range(x2.shape[0]):
+                x, out, scale = x2[r], out2[r], scales[r]
+                for start in range(0, x.size, ybuf.size):
+                    stop = min(start + ybuf.size, x.size)
+                    for i in range(start, stop):
+                        ybuf[i - start] = x[i] * scale  # float32 * float32 -> float32
+                    for i in range(start, stop):
+                        y = ybuf[i - start]
+                        b = ubuf[i - start] & 0x7FFFFFFF
+                        if b >= 0x7F800000:  # NaN or Inf
+                            bad += 1
+                            out[i] = kmax
+                            continue
+                        a = abs(np.float64(y))
+                        if a >= vmax:
+                            k = kmax
+                        elif not is_fp:
+                            k = np.int64(np.rint(a))
+                        elif a < lim_sub:  # the grid's subnormal range: a fixed quantum
+                            k = np.int64(np.rint(a * sub_mul))
+                        elif b < 0x00800000:  # float32 subnormal inside the grid's normal range
+                            e = math.frexp(a)[1] - 1
+                            k = (e - emin) * (1 << man_bits) + np.int64(
+                                np.rint(math.ldexp(a, man_bits - e)))
+                        else:
+                            k = np.int64((b + half + ((b >> sh) & 1)) >> sh) - offset
+                        if k > kmax:
+                            k = kmax
+                        s = kmax - k if y < 0 else kmax + k
+                        out[i] = s
+                        counts[s] += 1
             return bad
 
         _kernel = quantize_kernel
@@ -104,13 +107,14 @@ def _get_fp_kernel():
         from numba import njit
 
         @njit(cache=True, nogil=True)
-        def quantize_fp_kernel(x, scale, man_bits, emin, kmax, out, counts):
-            """Per block of 4096: ``y = x * scale`` (float32), then the symbol from y's bit
-            pattern: the normal-range rounding of :func:`_get_kernel` (integer add and shift,
-            half to even) or, below ``2**emin``, ``rint(|y| * 2**(M - emin))`` (exact in
-            float32: a power-of-two product), chosen by a select; saturation by ``min``; then
-            the counts, spread over 4 histograms so that runs of one symbol do not serialise
-            on a single counter. Returns the number of non-finite products."""
+        def quantize_fp_kernel(x2, scales, man_bits, emin, kmax, out2, counts):
+            """Row ``r`` of ``x2`` at ``scales[r]`` into ``out2[r]``, per block of 4096: ``y =
+            x * scale`` (float32), then the symbol from y's bit pattern: the normal-range
+            rounding of :func:`_get_kernel` (integer add and shift, half to even) or, below
+            ``2**emin``, ``rint(|y| * 2**(M - emin))`` (exact in float32: a power-of-two
+            product), chosen by a select; saturation by ``min``; then the counts, spread over
+            4 histograms so that runs of one symbol do not serialise on a single counter.
+            Returns the number of non-finite products."""
             ybuf = np.empty(4096, dtype=np.float32)
             ubuf = ybuf.view(np.uint32)
             hist = np.zeros((4, counts.size), dtype=np.int64)
@@ -121,28 +125,30 @@ def _get_fp_kernel():
             lim_b = np.uint32((127 + emin) << 23)  # bit pattern of 2**emin
             km = np.int32(kmax)
             bad = 0
-            for start in range(0, x.size, ybuf.size):
-                stop = min(start + ybuf.size, x.size)
-                m = stop - start
-                for j in range(m):
-                    ybuf[j] = x[start + j] * scale  # float32 * float32 -> float32
-                for j in range(m):
-                    u = ubuf[j]
-                    b = u & np.uint32(0x7FFFFFFF)
-                    bad += b >= np.uint32(0x7F800000)
-                    kn = np.int32((np.minimum(b, np.uint32(0x7F800000)) + half
-                                   + ((b >> sh) & np.uint32(1))) >> sh) - offset
-                    ks = np.int32(np.rint(abs(ybuf[j]) * sub_mul))
-                    k = min(ks if b < lim_b else kn, km)
-                    neg = np.int32(u >> np.uint32(31))  # the sign bit: K - k, else K + k
-                    out[start + j] = np.uint16(km + k - 2 * k * neg)
-                for j in range(0, m - 3, 4):
-                    hist[0, out[start + j]] += 1
-                    hist[1, out[start + j + 1]] += 1
-                    hist[2, out[start + j + 2]] += 1
-                    hist[3, out[start + j + 3]] += 1
-                for j in range(m - m % 4, m):
-                    hist[0, out[start + j]] += 1
+            for r in range(x2.shape[0]):
+                x, out, scale = x2[r], out2[r], scales[r]
+                for start in range(0, x.size, ybuf.size):
+                    stop = min(start + ybuf.size, x.size)
+                    m = stop - start
+                    for j in range(m):
+                        ybuf[j] = x[start + j] * scale  # float32 * float32 -> float32
+                    for j in range(m):
+                        u = ubuf[j]
+                        b = u & np.uint32(0x7FFFFFFF)
+                        bad += b >= np.uint32(0x7F800000)
+                        kn = np.int32((np.minimum(b, np.uint32(0x7F800000)) + half
+                                       + ((b >> sh) & np.uint32(1))) >> sh) - offset
+                        ks = np.int32(np.rint(abs(ybuf[j]) * sub_mul))
+                        k = min(ks if b < lim_b else kn, km)
+                        neg = np.int32(u >> np.uint32(31))  # the sign bit: K - k, else K + k
+                        out[start + j] = np.uint16(km + k - 2 * k * neg)
+                    for j in range(0, m - 3, 4):
+                        hist[0, out[start + j]] += 1
+                        hist[1, out[start + j + 1]] += 1
+                        hist[2, out[start + j + 2]] += 1
+                        hist[3, out[start + j + 3]] += 1
+                    for j in range(m - m % 4, m):
+                        hist[0, out[start + j]] += 1
             for r in range(4):
                 for c in range(counts.size):
                     counts[c] += hist[r, c]
@@ -203,6 +209,34 @@ def _check_scale(scale) -> np.float32:
     return s
 
 
+def _run_kernel(x2, grid: Grid, scales, out2, counts) -> None:
+    """Row ``r`` of float32 ``x2`` at float32 ``scales[r]`` into uint16 ``out2[r]`` by the
+    numba kernel for ``grid``, adding to ``counts``; InputError on a non-finite product."""
+    is_fp = grid.kind == "fp"
+    if is_fp and grid.emin >= -126:
+        bad = _get_fp_kernel()(x2, scales, grid.man_bits, grid.emin, grid.K, out2, counts)
+    else:
+        bad = _get_kernel()(x2, scales, is_fp, grid.man_bits if is_fp else 0,
+                            grid.emin if is_fp else 0, grid.K, grid.max_value, out2, counts)
+    if bad:
+        raise InputError(f"{bad} non-finite value(s) (NaN/Inf, or overflow of x*scale) "
+                         "cannot be quantized")
+
+
+def quantize_rows(x2: np.ndarray, grid: Grid, scales: np.ndarray) -> np.ndarray:
+    """Symbols (uint16, ``x2``'s shape) of each row of a float32 (rows, n) array at its own
+    float32 scale: :func:`quantize`'s symbols, row by row, in one kernel call."""
+    x2 = np.ascontiguousarray(x2, dtype=np.float32)
+    scales = np.ascontiguousarray(scales, dtype=np.float32)
+    if x2.ndim != 2 or scales.shape != (x2.shape[0],):
+        raise InputError(f"quantize_rows: {x2.shape} values with {scales.shape} scales")
+    for s in scales:
+        _check_scale(s)
+    out = np.empty(x2.shape, dtype=np.uint16)
+    _run_kernel(x2, grid, scales, out, np.zeros(grid.nsym, dtype=np.int64))
+    return out
+
+
 def quantize(x, grid: Grid, scale, *, with_counts: bool = False, path: str = "numba",
              out: np.ndarray | None = None):
     """Symbols (uint16) of ``x`` on ``grid`` at ``scale``; optionally also their counts.
@@ -217,15 +251,7 @@ def quantize(x, grid: Grid, scale, *, with_counts: bool = False, path: str = "nu
         elif out.dtype != np.uint16 or out.shape != (x.size,) or not out.flags.c_contiguous:
             raise InputError(f"out: need a C-contiguous uint16 array of {x.size} entries")
         counts = np.zeros(grid.nsym, dtype=np.int64)
-        is_fp = grid.kind == "fp"
-        if is_fp and grid.emin >= -126:
-            bad = _get_fp_kernel()(x, s, grid.man_bits, grid.emin, grid.K, out, counts)
-        else:
-            bad = _get_kernel()(x, s, is_fp, grid.man_bits if is_fp else 0,
-                                grid.emin if is_fp else 0, grid.K, grid.max_value, out, counts)
-        if bad:
-            raise InputError(f"{bad} non-finite value(s) (NaN/Inf, or overflow of x*scale) "
-                             "cannot be quantized")
+        _run_kernel(x[None, :], grid, np.array([s]), out[None, :], counts)
     elif path == "reference":
         out = quantize_reference(x, grid, s)
         counts = np.bincount(out, minlength=grid.nsym).astype(np.int64)

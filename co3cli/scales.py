@@ -30,6 +30,12 @@ the bits:
   so the fallback is ``gennorm-mse``;
 * ``clip``: ``K / (X * rms(x))``, implied by ``uniformB-cX`` grids (not chosen by name).
 
+What a file stores for a small layer (a ``GRC`` group member) is not always the rule's float32
+but :func:`short_scale` of it: the float32 of fewest mantissa bits with the same symbols and no
+larger squared error (the symbols, and so every coder's payload, are the rule's; the decoded
+values are those symbols at the stored scale). The in-training streams (FL, DDP, FSDP) send
+the rule's scale as it is.
+
 Every rule is scale-equivariant (``rule(k x) = rule(x) / k``), which is what lets a compressor
 track a refitted scale by the gradient's RMS between refits. A new rule is one function
 ``rule(x, grid) -> float | None | Fallback`` (float64, > 0; ``None``: no scale, e.g. all zeros;
@@ -419,65 +425,73 @@ def co3_poly_scale(beta: float, alpha: float) -> float:
 # ----------------------------------------------------------------------------------------
 
 
-def _sq_error(x64: np.ndarray, sym: np.ndarray, grid: Grid, scale) -> float:
-    """Squared error of the reconstruction ``values[sym] / scale`` (float32, as decoded), in
-    float64, summed in a fixed order (:func:`co3cli.detmath.fsum`: the same on every CPU)."""
+def _sq_errors(x64: np.ndarray, sym: np.ndarray, grid: Grid, scales: np.ndarray) -> np.ndarray:
+    """Per row the squared error of the reconstruction ``values[sym] / scale`` (float32, as
+    decoded: ``co3cli.quantize.dequantize``'s division), in float64, each row summed in a fixed
+    order (:func:`co3cli.detmath.fsum_rows`: the same on every CPU)."""
     from co3cli import detmath
-    from co3cli.quantize import dequantize
 
-    d = x64 - dequantize(sym, grid, scale)
-    return float(detmath.fsum(d * d))
+    d = x64 - grid.values.astype(np.float32)[sym] / scales.astype(np.float32)[:, None]
+    return detmath.fsum_rows(d * d)
 
 
-def _rounded(bits: int, k: int) -> list[int]:
-    """The float32 bit patterns of ``k`` mantissa bits next to ``bits`` (below, then above:
-    one when ``bits`` has no more); none above float32's largest finite value."""
+def _rounded(bits: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per float32 bit pattern the patterns of ``k`` mantissa bits next to it, below and
+    above (above: -1 where ``bits`` has no more than ``k``, or past the largest float32)."""
     drop = 23 - k
     lo = bits >> drop << drop
     hi = lo + (1 << drop)
-    return [lo] if lo == bits else [lo] + ([hi] if hi < 0x7F800000 else [])
+    return lo, np.where((lo != bits) & (hi < 0x7F800000), hi, -1)
 
 
-def short_scale(x, grid: Grid, scale, sym: np.ndarray) -> np.float32:
-    """The positive float32 with the fewest mantissa bits (its low bits zero) that quantizes
-    ``x`` to exactly ``sym`` (its symbols at ``scale``) and reconstructs it with no larger
-    squared error than ``scale``; ``scale`` where no shorter one does.
+def short_scales(x2: np.ndarray, grid: Grid, scales: np.ndarray, sym: np.ndarray) -> np.ndarray:
+    """Per row of float32 ``x2`` (a layer's steps) the positive float32 with the fewest
+    mantissa bits (its low bits zero) that quantizes the row to exactly ``sym``'s row (its
+    symbols at ``scales``' float32) and reconstructs it with no larger squared error than that
+    scale; the scale itself where no shorter one does.
 
     A file stores each scale's mantissa bits (``co3cli.container.gcompact``); absmax's
     ``top / max|x|`` has all 23, but a tensor of a few hundred entries keeps its symbols over
     a range of scales some 2**-8 wide, so 6-12 bits do. The symbols, and so the payload, are
     the same; the decoded values move by less than that range, never further from ``x`` in
-    all. The search: for ``k`` mantissa bits the two float32s of ``k`` bits around ``scale``,
-    the one of smaller error that passes; a bisection on ``k`` (a shorter ``k`` passing means
-    every longer one does: each entry keeps its symbol over an interval of scales, and the
-    error is a quadratic in ``1 / scale``), about 10 quantizations of ``x`` in all."""
-    from co3cli.quantize import as_f32_1d, quantize
+    all. The search: for ``k`` mantissa bits the two float32s of ``k`` bits around the scale,
+    the one of smaller error that passes (the lower on a tie); a bisection on ``k`` (a shorter
+    ``k`` passing means every longer one does: each entry keeps its symbol over an interval
+    of scales, and the error is a quadratic in ``1 / scale``), all rows at once: 5 rounds of
+    at most 2 quantizations of ``x2``."""
+    from co3cli.quantize import quantize_rows
+
+    x2 = np.ascontiguousarray(x2, dtype=np.float32)
+    s = np.ascontiguousarray(scales, dtype=np.float32)
+    bits = s.view(np.uint32).astype(np.int64)
+    x64 = x2.astype(np.float64)
+    limit = _sq_errors(x64, sym, grid, s)
+    lo, hi, out = np.zeros(s.size, dtype=np.int64), np.full(s.size, 23), bits.copy()
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        below, above = _rounded(bits, mid)
+        ok = lo < hi
+        best = np.where(ok & (below == bits), bits, -1)  # already as short: itself
+        err = np.full(s.size, np.inf)
+        for cand in (below, above):
+            test = ok & (best != bits) & (cand >= 0) & (cand != bits)
+            if not test.any():
+                continue
+            c = np.where(test, cand, bits).astype(np.uint32).view(np.float32)
+            same = np.all(quantize_rows(x2, grid, c) == sym, axis=1)
+            e = _sq_errors(x64, sym, grid, c)
+            take = test & same & (e <= limit) & (e < err)
+            best, err = np.where(take, cand, best), np.where(take, e, err)
+        found = best >= 0
+        hi, lo = np.where(ok & found, mid, hi), np.where(ok & ~found, mid + 1, lo)
+        out = np.where(ok & found, best, out)
+    return out.astype(np.uint32).view(np.float32)
+
+
+def short_scale(x, grid: Grid, scale, sym: np.ndarray) -> np.float32:
+    """:func:`short_scales` of one tensor ``x`` (its symbols ``sym`` at ``scale``)."""
+    from co3cli.quantize import as_f32_1d
 
     x = as_f32_1d(x)
-    s = np.float32(scale)
-    bits = int(np.array(s, dtype=np.float32).view(np.uint32))
-    x64 = x.astype(np.float64)
-    limit = _sq_error(x64, sym, grid, s)
-
-    def passing(k: int):
-        best = None
-        for b in _rounded(bits, k):
-            c = np.array(b, dtype=np.uint32).view(np.float32)[()]
-            if b == bits:
-                return c
-            if not np.array_equal(quantize(x, grid, c), sym):
-                continue
-            e = _sq_error(x64, sym, grid, c)
-            if e <= limit and (best is None or e < best[0]):
-                best = (e, c)
-        return None if best is None else best[1]
-
-    lo, hi, out = 0, 23, s
-    while lo < hi:
-        mid = (lo + hi) // 2
-        c = passing(mid)
-        if c is None:
-            lo = mid + 1
-        else:
-            hi, out = mid, c
-    return np.float32(out)
+    return np.float32(short_scales(x[None, :], grid, np.float32([scale]),
+                                   np.asarray(sym).reshape(1, -1))[0])

@@ -259,8 +259,9 @@ def test_a_bad_deflated_table_is_refused(tiny_dump, tmp_path, monkeypatch, kind)
 
 
 def test_joined_blocks_beyond_what_the_writer_joins_are_refused(tmp_path):
-    """A joined (LYJ) block in a file of no step, or of one step, is refused with one line
-    (it gave an IndexError in the decoder); so is one over JOIN_ENTRIES entries."""
+    """A joined (LYJ) block in a file of no step is refused with one line (it gave an
+    IndexError in the decoder); so is one over JOIN_ENTRIES entries. (One step joins: files
+    written from short scales on, below.)"""
     from co3cli.container.decode import block_table, read_co3_setup
     from co3cli.dump import write_dump
     from co3cli.errors import Co3Error
@@ -276,7 +277,7 @@ def test_joined_blocks_beyond_what_the_writer_joins_are_refused(tmp_path):
     assert b.joined
     grid, coder = read_co3_setup(h)
     table = block_table(b, grid, coder)
-    for steps, numel in (([], 72), ([0], 72), ([0, 1], 1 << 16)):
+    for steps, numel in (([], 72), ([0, 1], 1 << 16)):
         hh = dict(h, steps=steps, loss=None,
                   layers=[dict(h["layers"][0], numel=numel, shape=[numel])])
         out = io.BytesIO()
@@ -286,3 +287,22 @@ def test_joined_blocks_beyond_what_the_writer_joins_are_refused(tmp_path):
         w.close()
         with pytest.raises(Co3Error, match="joined steps"):
             list(open_co3(out).layers())
+
+
+@pytest.mark.parametrize("coder", ["ctx", "ans"])
+def test_a_one_step_dump_joins_its_small_layers_into_one_group(tmp_path, coder):
+    from co3cli.dump import write_dump
+    from test_codec import check_lossless
+
+    rng = np.random.default_rng(8)
+    layers = {f"l{k}.weight": ((rng.laplace(size=(1, 16 * (k + 1))) * 1e-2).astype(np.float32),
+                               (4, 4 * (k + 1))) for k in range(6)}
+    write_dump(tmp_path / "one.h5", layers, steps=np.array([7]))
+    compress(tmp_path / "one.h5", tmp_path / "one.co3", coder=coder, threads=1)
+    decompress(tmp_path / "one.co3", tmp_path / "back.h5")
+    check_lossless(tmp_path / "one.h5", tmp_path / "one.co3", tmp_path / "back.h5", "fp8-e5m2",
+                   None)
+    with open(tmp_path / "one.co3", "rb") as f:
+        blocks = list(open_co3(f).layers())
+    if coder == "ctx":  # every small layer in one joined group (before: a chunk each)
+        assert {b.group for b in blocks} == {0} and all(b.joined for b in blocks)

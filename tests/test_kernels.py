@@ -172,8 +172,9 @@ def test_fp_quantizer_matches_reference_kernel(fmt):
     for scale in (np.float32(1.0), np.float32(0.37), np.float32(2.0 ** -20)):
         o1, o2 = np.empty(x.size, np.uint16), np.empty(x.size, np.uint16)
         c1, c2 = np.zeros(g.nsym, np.int64), np.zeros(g.nsym, np.int64)
-        b1 = _get_kernel()(x, scale, True, g.man_bits, g.emin, g.K, g.max_value, o1, c1)
-        b2 = _get_fp_kernel()(x, scale, g.man_bits, g.emin, g.K, o2, c2)
+        s = np.float32([scale])
+        b1 = _get_kernel()(x[None], s, True, g.man_bits, g.emin, g.K, g.max_value, o1[None], c1)
+        b2 = _get_fp_kernel()(x[None], s, g.man_bits, g.emin, g.K, o2[None], c2)
         assert b1 == b2 == 0
         assert o1.tolist() == o2.tolist() and c1.tolist() == c2.tolist()
 
@@ -181,10 +182,11 @@ def test_fp_quantizer_matches_reference_kernel(fmt):
 def test_fp_quantizer_counts_nonfinite_like_the_reference():
     g = get_grid("fp8-e5m2")
     x = np.float32([1.0, np.nan, -np.inf, np.inf, 3e38, -2.0])
-    b = _get_fp_kernel()(x, np.float32(10.0), g.man_bits, g.emin, g.K,
-                         np.empty(x.size, np.uint16), np.zeros(g.nsym, np.int64))
-    ref = _get_kernel()(x, np.float32(10.0), True, g.man_bits, g.emin, g.K, g.max_value,
-                        np.empty(x.size, np.uint16), np.zeros(g.nsym, np.int64))
+    s = np.float32([10.0])
+    b = _get_fp_kernel()(x[None], s, g.man_bits, g.emin, g.K,
+                         np.empty((1, x.size), np.uint16), np.zeros(g.nsym, np.int64))
+    ref = _get_kernel()(x[None], s, True, g.man_bits, g.emin, g.K, g.max_value,
+                        np.empty((1, x.size), np.uint16), np.zeros(g.nsym, np.int64))
     assert b == ref == 4
 
 

@@ -16,8 +16,8 @@ from co3cli.container.gcompact import SHORT, pack_scales, read_scales
 from co3cli.dump import Dump, write_dump
 from co3cli.errors import CorruptDataError
 from co3cli.formats import get_grid
-from co3cli.quantize import dequantize, quantize
-from co3cli.scales import compute_scale, short_scale
+from co3cli.quantize import dequantize, quantize, quantize_rows
+from co3cli.scales import compute_scale, short_scale, short_scales
 
 GRIDS = ["fp8-e5m2", "fp8-e4m3", "fp4-co3", "uniform4"]
 
@@ -55,20 +55,31 @@ def test_the_short_scale_keeps_the_symbols_and_never_adds_error(fmt):
 
 
 def test_the_bisection_finds_the_fewest_bits_a_scan_finds():
-    from co3cli.scales import _rounded, _sq_error
-
     grid = get_grid("fp8-e5m2")
     for x in _tensors(7, 6):
         s = compute_scale(x, grid)
         sym = quantize(x, grid, s)
         bits = int(np.array(s, dtype=np.float32).view(np.uint32))
-        limit = _sq_error(x.astype(np.float64), sym, grid, s)
+        limit = _sse(x, sym, grid, s)
+        cands = [[b for b in ((bits >> (23 - k)) << (23 - k),
+                              ((bits >> (23 - k)) + 1) << (23 - k))]
+                 for k in range(24)]
         fewest = next(k for k in range(24) if any(
-            np.array_equal(quantize(x, grid, c), sym)
-            and _sq_error(x.astype(np.float64), sym, grid, c) <= limit
-            for c in (np.array(b, dtype=np.uint32).view(np.float32)[()]
-                      for b in _rounded(bits, k))))
+            np.array_equal(quantize(x, grid, c), sym) and _sse(x, sym, grid, c) <= limit
+            for c in (np.array(b, dtype=np.uint32).view(np.float32)[()] for b in cands[k])))
         assert _mantissa_bits(short_scale(x, grid, s, sym)) == min(fewest, _mantissa_bits(s))
+
+
+def test_a_layers_steps_at_once_are_each_steps_own():
+    grid = get_grid("fp4-co3")
+    rng = np.random.default_rng(5)
+    x2 = (rng.laplace(size=(9, 300)) * rng.uniform(0.1, 10, (9, 1))).astype(np.float32)
+    s = np.array([compute_scale(x, grid) for x in x2], dtype=np.float32)
+    sym = quantize_rows(x2, grid, s)
+    assert all(np.array_equal(sym[t], quantize(x2[t], grid, s[t])) for t in range(9))
+    got = short_scales(x2, grid, s, sym)
+    assert got.dtype == np.float32 and got.tolist() == [
+        short_scale(x2[t], grid, s[t], sym[t]) for t in range(9)]
 
 
 def test_an_all_zero_tensor_keeps_its_scale():

@@ -22,9 +22,9 @@ def _read_chunks(buf, pos: int, end: int, nsteps: int, what: str, joined: bool =
     """``nsteps`` chunks from ``buf[pos:end]`` (``joined``: ``nsteps`` scales and one body of
     ``nsteps x numel`` symbols): (scales, bodies, payload bytes, position after)."""
     if joined:
-        if not joinable(nsteps, numel):  # what the writer joins (two steps or more, few entries)
+        if not joinable(nsteps, numel):  # what the writer joins (a few entries)
             raise CorruptDataError(f"{what}: joined steps ({nsteps} x {numel} entries) beyond "
-                                   f"what a joined block holds (2 steps or more, at most "
+                                   f"what a joined block holds (1 step or more, at most "
                                    f"{JOIN_ENTRIES} entries)")
         if pos + 4 * nsteps >= end:
             raise CorruptDataError(f"{what}: scales overrun the block")
