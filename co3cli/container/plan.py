@@ -42,7 +42,7 @@ def joinable(steps: int, numel: int) -> bool:
     payload at fp8 and 6.5 % at fp4. One step joins too (files written from short scales on,
     ``co3cli.container.gcompact``; a reader before refuses them in one line): a one-step dump's
     small layers then make a ``GRC`` group (one ``ctx`` stream, compact framing, short scales),
-    4,227 -> 3,978 bytes on a 5,122-entry capture at fp8. The writer joins a layer only where
+    4,228 -> 3,979 bytes on a 5,122-entry capture at fp8. The writer joins a layer only where
     that is smaller."""
     return steps >= 1 and steps * numel <= JOIN_ENTRIES
 
