@@ -115,8 +115,8 @@ in the contexts) with its flat or octave prior in 6 or ~60 bytes instead of ~30 
 (``co3cli.container.gcompact``). A 1.5 group layout in an older file is refused. Later 1.5
 files may hold a ``GRC`` scales section in its short form (a flag in its first byte): each
 scale's mantissa cut to the bits it keeps, the scale a writer stores for a group member being
-the float32 of fewest mantissa bits with the same symbols and no larger squared error
-(``co3cli.scales.short_scale``; 198 -> 112 bytes of scales on a 15,366-entry dump).
+a float32 of few mantissa bits with the same symbols and no larger squared error
+(``co3cli.scales.short_scales``; 198 -> 112 bytes of scales on a 15,366-entry dump).
 
 A reader accepts major version 1, any minor version (1.0: no group blocks); it verifies the
 file CRC and structure before decoding anything, and each decoder must consume its chunk
@@ -143,8 +143,8 @@ entries per byte       at most 2**20 entries per byte of a block (no coder comes
 steps x layers         at most the file size over the layers coded in chunks (every chunk
                        costs bytes); an equal-layer reference (``LYE``, 16 bytes) counts its
                        entries against the whole file instead: at most 2**20 per byte of it
-joined blocks          at most ``JOIN_ENTRIES`` (2**16) entries a layer, 1 step or more (2 or
-                       more in files written before short scales)
+joined blocks          at most ``JOIN_ENTRIES`` (2**16) entries a layer, 1 step or more
+                       (writers before short scales joined 2 steps or more)
 =====================  ==================================================================
 
 Layer names must be distinct, non-empty relative HDF5 paths without NUL, of at most

@@ -51,8 +51,8 @@ are kept bit for bit (a reader refuses any that is not a positive finite number)
 
 Short scales (1.5, files written by co3cli 0.1.0 from this change on; a reader before it
 refuses the width byte in one line): the writer of a ``GRC`` block stores for each member and
-step not the scale rule's float32 but the one of fewest mantissa bits that quantizes that step
-to the same symbols with no larger squared error (``co3cli.scales.short_scale``: a few hundred
+step not the scale rule's float32 but one of few mantissa bits that quantizes that step
+to the same symbols with no larger squared error (``co3cli.scales.short_scales``: a few hundred
 entries keep their symbols over a range of scales some 2**-8 wide), so most keep 3-14 of the 23
 bits. On the 15,366-entry dump above the section fell from 198 to 112 bytes; the payload is
 the same bytes, the decoded values those symbols at the stored scales.
@@ -207,23 +207,33 @@ def _read_full(buf, pos: int, end: int, n: int, width: int, what: str):
     return z, low, n * per
 
 
+def _bits_at(buf, pos: int, a: int, b: int) -> np.ndarray:
+    """Bits ``a`` to ``b`` (MSB first) of the bytes from ``buf[pos]`` on (uint8 0/1)."""
+    raw = np.frombuffer(bytes(buf[pos + a // 8:pos + (b + 7) // 8]), dtype=np.uint8)
+    return np.unpackbits(raw)[a % 8:a % 8 + b - a]
+
+
 def _read_short(buf, pos: int, end: int, n: int, width: int, what: str):
     """The short form: ``n`` exponent differences, ``n`` length codes, then the mantissas'
-    stored bits."""
+    stored bits; ``SCALE_ROWS`` scales at a time (bounded memory, as the full form)."""
     fixed = n * (width + _CODE)
     if pos + (fixed + 7) // 8 > end:
         raise CorruptDataError(f"{what}: scales overrun the block")
-    head = np.unpackbits(np.frombuffer(bytes(buf[pos:pos + (fixed + 7) // 8]), dtype=np.uint8))
-    one = np.full(n, 1, dtype=np.int64)
-    z = _bits_field(head[:n * width], width * one)
-    code = _bits_field(head[n * width:fixed], _CODE * one)
-    lens = np.where(code < _FULL, code, _LOW)
-    total = fixed + int(lens.sum())
-    if pos + (total + 7) // 8 > end:
-        raise CorruptDataError(f"{what}: scales overrun the block")
-    raw = np.frombuffer(bytes(buf[pos + fixed // 8:pos + (total + 7) // 8]), dtype=np.uint8)
-    man = _bits_field(np.unpackbits(raw)[fixed % 8:fixed % 8 + total - fixed], lens)
-    return z, man << (_LOW - lens), total
+    z, low = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    at = fixed  # the bit of the next scale's kept mantissa
+    for lo in range(0, n, SCALE_ROWS):
+        k = min(SCALE_ROWS, n - lo)
+        one = np.full(k, 1, dtype=np.int64)
+        z[lo:lo + k] = _bits_field(_bits_at(buf, pos, lo * width, (lo + k) * width), width * one)
+        code = _bits_field(_bits_at(buf, pos, n * width + lo * _CODE, n * width + (lo + k) * _CODE),
+                           _CODE * one)
+        lens = np.where(code < _FULL, code, _LOW)
+        used = int(lens.sum())
+        if pos + (at + used + 7) // 8 > end:
+            raise CorruptDataError(f"{what}: scales overrun the block")
+        low[lo:lo + k] = _bits_field(_bits_at(buf, pos, at, at + used), lens) << (_LOW - lens)
+        at += used
+    return z, low, at
 
 
 def prior_bytes(meta: dict, table: bytes, layout: int) -> int:
