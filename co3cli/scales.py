@@ -431,9 +431,11 @@ def _sq_errors(x64: np.ndarray, sym: np.ndarray, grid: Grid, scales: np.ndarray)
     order (:func:`co3cli.detmath.fsum_rows`: the same on every CPU)."""
     from co3cli import detmath
 
-    tables = grid.values[None, :] / scales.astype(np.float32)[:, None]  # dequantize_table's
+    with np.errstate(over="ignore"):  # (a symbol past the data's top: inf, not used)
+        tables = grid.values[None, :] / scales.astype(np.float32)[:, None]  # dequantize_table's
     d = x64 - np.take_along_axis(tables, sym.astype(np.intp), axis=1)
-    return detmath.fsum_rows(d * d)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return detmath.fsum_rows(d * d)
 
 
 def _rounded(bits: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -474,7 +476,8 @@ def short_scales(x2: np.ndarray, grid: Grid, scales: np.ndarray, sym: np.ndarray
     x64 = x2.astype(np.float64)
     amax = np.abs(x2).max(axis=1)  # float32: x * c overflows somewhere iff amax * c does
     limit = _sq_errors(x64, sym, grid, s)
-    lo, hi, out = np.zeros(s.size, dtype=np.int64), np.full(s.size, 23), bits.copy()
+    lo = np.where(np.isfinite(limit), 0, 23)  # a row decoded to inf: its scale kept
+    hi, out = np.full(s.size, 23), bits.copy()
     while np.any(lo < hi):
         mid = (lo + hi) // 2
         below, above = _rounded(bits, mid)
