@@ -1,6 +1,6 @@
-"""Short scales: a file stores, for a small layer's step, the float32 scale of fewest mantissa
-bits that quantizes it to the same symbols with no larger squared error
-(``co3cli.scales.short_scale``), in the short form of a ``GRC`` block's scales section
+"""Short scales: a file stores, for a small layer's step, a float32 scale of few mantissa bits
+that quantizes it to the same symbols with no larger squared error
+(``co3cli.scales.short_scales``), in the short form of a ``GRC`` block's scales section
 (``co3cli.container.gcompact``): exact round trips, the smaller form chosen, every cut or lie
 refused in one line."""
 
