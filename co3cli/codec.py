@@ -212,8 +212,8 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     separate chunks, each decodable alone (``ctx-steps``: from its key step on); scales per
     layer and step as in :func:`encode_layer`. ``join``: every member's steps coded as one
     chunk (a ``GRC`` block; members of one row length stacked, or with a table that codes
-    segments, ``ctx`` model version 5, every member in one body, with or without each one's
-    previous step in the contexts) where that is smaller in all
+    segments, ``ctx`` model version 5, every member in one body coded with its mixed version
+    7, with or without each one's previous step in the contexts) where that is smaller in all
     (``co3cli.container.joinable``)."""
     quantized = [_quantize_layer(d, grid, scale_rule, None)[:3] for d in datas]
     counts = np.sum([c for _, _, c in quantized], axis=0, dtype=np.int64)
@@ -236,19 +236,20 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     for table, meta in candidates:
         fields = table_field_bytes(table.to_bytes()) + meta_field_bytes(meta)
         bodies = [encode_bodies(table, sym, cols) for sym, cols in syms]
-        options = [(sum(map(_framed, bodies)) + fields, bodies, False, None, STACKED)]
-        if can_join:  # (size, bodies, joined, shared bodies, their layout)
+        options = [(sum(map(_framed, bodies)) + fields, table, bodies, False, None, STACKED)]
+        if can_join:  # (size, table, bodies, joined, shared bodies, their layout)
             whole = [[table.encode(sym.reshape(-1), cols=cols)] for sym, cols in syms]
-            options.append((sum(map(_framed, whole)) + fields, whole, True, None, STACKED))
+            options.append((sum(map(_framed, whole)) + fields, table, whole, True, None, STACKED))
             if len(stacks) < len(syms):  # .co3 1.4 GRC: members of one row length in one body
                 sb = stacked_bodies(table, syms, stacks)
-                options.append((_framed(sb) + fields, whole, True, sb, STACKED))
-            if hasattr(table, "encode_segments") and table.model_version == 5:  # 1.5: one
-                for lay in STREAMS:  # body (its prior in fewer bytes)
-                    sb = [stream_body(table, syms, lay)]
-                    options.append((_framed(sb) + prior_bytes(meta, table.to_bytes(), lay),
-                                    whole, True, sb, lay))
-        size, bodies, joined, stacked, layout = min(options, key=lambda o: o[0])
+                options.append((_framed(sb) + fields, table, whole, True, sb, STACKED))
+            if getattr(table, "has_mixed", False):  # 1.5: one body, its prior in fewer
+                mixed = table.mixed()  # bytes, coded with the mixed model (ctx version 7)
+                for lay in STREAMS:
+                    sb = [stream_body(mixed, syms, lay)]
+                    options.append((_framed(sb) + prior_bytes(meta, mixed.to_bytes(), lay),
+                                    mixed, whole, True, sb, lay))
+        size, table, bodies, joined, stacked, layout = min(options, key=lambda o: o[0])
         if best is None or size < best[0]:
             best = (size, table, meta, bodies, joined, stacked, layout)
     _, table, meta, bodies, joined, stacked, layout = best

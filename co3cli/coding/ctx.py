@@ -102,6 +102,23 @@ as well as one with the same.  On the FL streams at fp4 (``co3 simulate fl --dum
 ``decoded`` given ``corrected`` 0.35x; at fp8 0.86x and 0.27x; decompressing those files
 takes 0.96-1.10x the CPU time of their version 4 files.
 
+**Model version 7** (``MIXED_VERSION``; a version 5 table made by :meth:`CtxTable.mixed`:
+the model of a ``.co3`` group of small layers, files written from co3cli 0.1.0 with it on; a
+coder config never names it) is version 5 whose every decision's probability is *mixed* with
+a second estimate: the logistic mix ``squash(w0 * stretch(p) + w1 * stretch(q) + w2)`` of the
+context's ``p`` and, for a zero flag or a sign, ``q`` its parent context's (the one it started
+from), for a magnitude decision ``q`` the same tree node in an *order-0 tree* of this
+segment's magnitudes (no context; it restarts from the prior with each segment and adapts up
+to count 255).  The weights (16.16 fixed point, three per set) learn online, by
+``input * error / 2**15``; their sets: for a magnitude the decision's depth on its path (16)
+times the confidence (3), for a zero flag and a sign the context's count in eighths (8 each).
+``stretch`` and ``squash`` are tables (``co3cli.coding.textcm_kernels.STRETCH`` and
+``ctx_match_kernels.SQ16``, pinned by a test); integers only.  Where contexts are many and
+entries few the context's estimate is still noisy and the coarser one carries it: on the
+groups of small layers of the check's dumps 0.8-1.7 % fewer payload bytes than version 5
+(``benchmarks/results/ctx7.md``); on a large layer it gains 0.05-0.6 % for 20-35 % more CPU
+time per symbol, so only groups use it.
+
 **Adaptation.**  A probability (16 bits, of a 1, kept in ``[32, 2**16 - 32]``) moves
 towards each coded bit by ``1 / (count + 1.5)``; ``count`` starts at 2 (the prior's
 weight) and stops at ``limit`` (then an exponential average with rate ``1/(limit+1.5)``).
@@ -167,24 +184,32 @@ from co3cli.varint import uvarints_to_bytes
 
 __all__ = ["CtxCoder", "CtxTable", "check_limit", "check_model_version"]
 
-MODEL_VERSIONS = (1, 3, 4, 5, 6)
+MODEL_VERSIONS = (1, 3, 4, 5, 6, 7)
 """Model versions ``ctx`` reads (stored in the table bytes; a new one whenever the contexts
 or the adaptation change).  One numbering for the family: 1 ``ctx`` of 0.1.0, 2
 ``ctx-steps``, 3 ``ctx`` with the match model, 4 version 3 with magnitude contexts started
 from the prior near their prediction, 5 version 4 over segments with the previous step in
-the contexts, 6 version 4 coded given a reference (``REFERENCE_VERSION``)."""
+the contexts, 6 version 4 coded given a reference (``REFERENCE_VERSION``), 7 version 5 with
+mixed probabilities (``MIXED_VERSION``)."""
 SEGMENTS_VERSION = 5
 """The model that codes a sequence of segments (``CtxTable.encode_segments``)."""
+MIXED_VERSION = 7
+"""Version 5 with each decision's probability mixed with a second estimate (module
+docstring): the model of a ``.co3`` group of small layers (``CtxTable.mixed``); a coder
+config never names it."""
+SEGMENTS_VERSIONS = (SEGMENTS_VERSION, MIXED_VERSION)
+"""The models that code a sequence of segments."""
 REFERENCE_VERSION = 6
 """The model of a tensor coded given another tensor's symbols (``CtxTable.with_reference``);
 a coder config never names it: its tables are version 4's prior with this version byte."""
-CODER_VERSIONS = tuple(v for v in MODEL_VERSIONS if v != REFERENCE_VERSION)
+CODER_VERSIONS = tuple(v for v in MODEL_VERSIONS if v not in (REFERENCE_VERSION, MIXED_VERSION))
 MODEL_VERSION = CODER_VERSIONS[-1]
 """The model new tables code with unless told otherwise."""
 _KERNELS = {1: (kern.encode_kernel, kern.decode_kernel),
             3: (kern2.encode_kernel, kern2.decode_kernel),
             4: (kern2.encode_kernel4, kern2.decode_kernel4),
             5: (kern2.encode_kernel5, kern2.decode_kernel5),
+            7: (kern2.encode_kernel7, kern2.decode_kernel7),
             6: (kern2.encode_kernel6, kern2.decode_kernel6)}
 MAG_INIT = {"fine": (65359, 65182, 64830, 12, 64, 1), "coarse": (0, 64132, 64132, 4, 16, 4)}
 """Version 4's magnitude-context start (``ctx_match_kernels._posterior_init``): per
@@ -246,8 +271,9 @@ class CtxTable:
 
     def __init__(self, freqs, precision: int = 16, limit: int = 60, model_version=None):
         precision = check_precision(precision)
-        if model_version is None:  # the latest, never the reference's
-            model_version = [v for v in self.MODEL_VERSIONS if v != REFERENCE_VERSION][-1]
+        if model_version is None:  # the latest, never the reference's or the mixed one
+            model_version = [v for v in self.MODEL_VERSIONS
+                             if v not in (REFERENCE_VERSION, MIXED_VERSION)][-1]
         self.model_version = check_model_version(model_version, self.MODEL_VERSIONS)
         self._limit = check_limit(limit)
         self._freqs = check_freqs(freqs, precision)
@@ -323,6 +349,20 @@ class CtxTable:
                              f"(this one: version {self.model_version})")
         return CtxTable(self._freqs, self._precision, self._limit, REFERENCE_VERSION)
 
+    @property
+    def has_mixed(self) -> bool:
+        """Whether :meth:`mixed` gives a table (this one: ``ctx`` version 5)."""
+        return type(self) is CtxTable and self.model_version == SEGMENTS_VERSION
+
+    def mixed(self) -> "CtxTable":
+        """The same prior coding segments with mixed probabilities (version 7; this table:
+        version 5): a ``.co3`` group of small layers, where the adaptive statistics are
+        still learning, codes in 0.5-2 % fewer bytes (and ~25 % more time per symbol)."""
+        if not self.has_mixed:
+            raise InputError(f"only a ctx model version {SEGMENTS_VERSION} table has a mixed "
+                             f"version (this one: version {self.model_version})")
+        return CtxTable(self._freqs, self._precision, self._limit, MIXED_VERSION)
+
     def _reference(self, ref, n: int):
         """``ref`` checked against this table: required (``n`` symbols below ``nsym``, uint16
         or, as ``co3cli.container.xref.kept_dtype`` keeps them, uint8) by a version 6 table,
@@ -347,7 +387,7 @@ class CtxTable:
         """Run the coder (``reference=True``: the 0.1.0 kernel of model version 1, same
         bits, for checks and benchmarks); version 5: ``cols`` a row length (one segment) or
         the segments' array."""
-        if self.kernel_version == SEGMENTS_VERSION and not isinstance(cols, np.ndarray):
+        if self.kernel_version in SEGMENTS_VERSIONS and not isinstance(cols, np.ndarray):
             cols = np.array([[sym.size, cols, 0]], dtype=np.int64)
         model = (cols, self._K, self._mmax, self._pz0, self._ps0, self._child, self._tp1,
                  self._path_off, self._path_bit)
@@ -408,10 +448,10 @@ class CtxTable:
 
     def segments_array(self, segments, n: int) -> np.ndarray:
         """``segments`` ((entries, row length, lag) each) as the kernel's array, checked: a
-        version-5 table, entries >= 1 summing to ``n``, each a whole number of rows, the lag
+        version 5 or 7 table, entries >= 1 summing to ``n``, each a whole number of rows, the lag
         a whole number of rows less than the entries (0: no previous step)."""
-        if self.model_version != SEGMENTS_VERSION:
-            raise InputError(f"segments need ctx model version 5 (this table: "
+        if self.model_version not in SEGMENTS_VERSIONS:
+            raise InputError(f"segments need ctx model version 5 or 7 (this table: "
                              f"{self.model_version})")
         seg = np.array(list(segments), dtype=np.int64).reshape(-1, 3)
         if seg.shape[0] == 0 or int(seg[:, 0].sum()) != n or np.any(seg[:, 0] < 1) \

@@ -55,6 +55,13 @@ single segment without lag codes exactly version 4's bits.
 
 **Version 6** (``encode_kernel6`` / ``decode_kernel6``: version 4's function with ``xr``
 set) codes a tensor given a reference symbol array (model: ``co3cli/coding/ctx.py``).
+
+**Version 7** (``encode_kernel7`` / ``decode_kernel7``: version 5's function with ``mx`` set)
+mixes each decision's probability with a second estimate (``_mix``, ``_learn``: the parent
+context's for zero flags and signs, an order-0 tree's restarting with each segment for
+magnitudes), the decoder walking the magnitude tree node by node as the encoder does
+(model: ``co3cli/coding/ctx.py``).  The constants below (``MX_*``, ``SQ16``) are part of its
+bitstream.
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ from numba import njit
 from co3cli.coding.ctx_kernels import (FP, N0, NB, NCONF, NZCTX, NZP, NZPARENT, PROB_ONE,
                                        ROW_CAP, COL_CAP, TOP, ZCAP, ZRUN, _adapt, _code)
 from co3cli.coding.ctx_prior_kernels import _posterior_init, _posterior_tables
+from co3cli.coding.textcm_kernels import STRETCH
 
 MR = 32
 """Earlier rows the match model keeps (ring slots)."""
@@ -80,17 +88,66 @@ XPAR = 7
 """Version 6's parameters start at ``mpar[XPAR]``: the reference means' count cap, the
 magnitude contexts' steps per index, the zero flag's classes of the reference's magnitude."""
 
+# Version 7's mixers (integers only; part of its bitstream: frozen)
+MX_DEPTH = 16
+"""Magnitude weight sets: the decision's depth on the path (capped) times the confidence."""
+MX_CNT = 8
+"""Zero-flag and sign weight sets: the context's count, in eighths (capped)."""
+MX_NSET = MX_DEPTH * NCONF + 2 * MX_CNT
+MX_W = (32768, 19661, 39322, 26214)
+"""Initial weights (16.16) of (context, order-0) for magnitudes and (context, parent) for
+zero flags and signs; the bias weights start at 0."""
+MX_SHIFT = (15, 15)
+"""Learning rates: ``2**-shift`` of (error x input) for the magnitude and the other mixers."""
+MX_LIMIT = 255
+"""Adaptation count limit of the order-0 magnitude tree (which restarts with each segment)."""
+WCAP = 1 << 24
+"""Mixer weights stay in ``[-WCAP, WCAP]``."""
+
+
+def _squash16() -> np.ndarray:
+    """``2**16 / (1 + exp(-x / 256))`` for x in [-2048, 2047], rounded and kept within
+    ``[PMIN, 2**16 - PMIN]`` (``co3cli.detmath``'s exp: the same table on every CPU)."""
+    from co3cli import detmath
+    from co3cli.coding.ctx_kernels import PMIN
+
+    x = np.arange(-2048, 2048, dtype=np.float64)
+    return np.clip(np.rint(PROB_ONE / (1.0 + detmath.exp(-x / 256.0))), PMIN,
+                   PROB_ONE - PMIN).astype(np.int64)
+
+
+SQ16 = _squash16()
+"""Version 7's squash: a mixer's output (stretch units, 1/256) to a 16-bit probability."""
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _mix(w0, w1, w2, p0, p1):  # pragma: no cover - compiled
+    """Version 7: the 16-bit probability of two 16-bit ones (inputs ``STRETCH`` of their
+    top 12 bits) mixed with weights ``w0, w1`` and the bias weight ``w2``; returns it and the
+    two inputs (for the update)."""
+    x0 = STRETCH[p0 >> 4]
+    x1 = STRETCH[p1 >> 4]
+    dot = min(max((w0 * x0 + w1 * x1 + (w2 << 8)) >> 16, -2047), 2047)
+    return SQ16[dot + 2048], x0, x1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _learn(w, x, err, shift):  # pragma: no cover - compiled
+    """One mixer weight after coding: moved by ``x * err / 2**shift``, within +-WCAP."""
+    return min(max(w + ((x * err) >> shift), -WCAP), WCAP)
+
 
 @njit(cache=True, nogil=True, inline="always")
 def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit, path_node,
-            limit, recip, wm, mpar, v4, seg, v5, ref, xr):  # pragma: no cover - compiled
+            limit, recip, wm, mpar, v4, seg, v5, ref, xr, mx):  # pragma: no cover - compiled
     """Version 3 (module docstring): ``ctx_kernels._run_fast`` plus the match model and
     the column sign memory in the zero-flag and sign contexts; ``v4`` (a constant of each
     kernel): version 4, whose magnitude contexts start from ``_posterior_init``
     (``wm``, ``mpar``: its arguments). ``seg``: (entries, row length, lag) per segment
     (versions 3 and 4: one, lag 0); ``v5``: version 5, the previous step's sign (``lag``
     entries back in the segment) in the sign contexts; ``xr`` (with ``v4``, one segment):
-    version 6, coded given the reference symbols ``ref`` (``sym``'s size)."""
+    version 6, coded given the reference symbols ``ref`` (``sym``'s size); ``mx`` (with
+    ``v5``): version 7, each decision's probability mixed (``_mix``) with a second one."""
     n = sym.size
     nbuf = buf.size
     low = 0
@@ -135,6 +192,15 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
     sparent = np.full(NSPARENT * npp * nsx, (ps0 << 8) | N0, dtype=np.int64)
     zparent = np.full(NZPARENT * nrc, (pz0 << 8) | N0, dtype=np.int64)
     minit = np.zeros(nmctx + nmx, dtype=np.bool_)
+    # version 7: the mixers' weights (three per set) and the order-0 magnitude tree
+    MW = np.zeros(3 * MX_NSET if mx else 3, dtype=np.int64)
+    O = np.zeros(nint if mx else 1, dtype=np.int64)
+    if mx:
+        for k in range(MX_NSET):
+            MW[3 * k] = MX_W[0] if k < MX_DEPTH * NCONF else MX_W[2]
+            MW[3 * k + 1] = MX_W[1] if k < MX_DEPTH * NCONF else MX_W[3]
+    zset = 3 * MX_DEPTH * NCONF
+    sset = zset + 3 * MX_CNT
     # version 6: per reference magnitude, the mean of 16 m where both are nonzero
     xcap = mpar[XPAR] if xr else 1
     xest = np.arange(mmax + 1 if xr else 1, dtype=np.int64) << FP
@@ -188,6 +254,9 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
             si += 1
             seg_start = i
             seg_end = i + seg[si, 0]
+            if mx:   # version 7: the order-0 magnitude tree restarts from the prior
+                for k in range(nint):
+                    O[k] = tp1[k] << 8
             lag = seg[si, 2]
             if seg[si, 1] != cols:
                 cols = seg[si, 1]
@@ -265,6 +334,9 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
             if st == 0:  # first use: start from the parent context
                 st = (zparent[zp] & ~0xFF) | N0
             pz = st >> 8
+            if mx:   # version 7: mixed with the parent's
+                ws = zset + 3 * min((st & 0xFF) >> 3, MX_CNT - 1)
+                pz, x0, x1 = _mix(MW[ws], MW[ws + 1], MW[ws + 2], pz, zparent[zp] >> 8)
             bit, rng, low, code = _code(decode, 1 if v == 0 else 0, pz, rng, low, code)
             while rng < TOP:
                 if pos >= nbuf:
@@ -284,6 +356,11 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                 pos += 1
                 rng <<= 8
             PR[zc] = _adapt(st, bit, limit, recip[st & 0xFF])
+            if mx:
+                err = (bit << 16) - pz
+                MW[ws] = _learn(MW[ws], x0, err, MX_SHIFT[1])
+                MW[ws + 1] = _learn(MW[ws + 1], x1, err, MX_SHIFT[1])
+                MW[ws + 2] = _learn(MW[ws + 2], 256, err, MX_SHIFT[1])
             zpt = zparent[zp]
             zparent[zp] = _adapt(zpt, bit, limit, recip[zpt & 0xFF])
             if bit == 0:
@@ -304,6 +381,33 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                             PR[mb + k] = (tp1[k] << 8) | N0
                 if mmax == 1:
                     v = 1
+                elif decode and mx:   # version 7: each node's probability mixed with the
+                    node = 0          # order-0 tree's
+                    dep = 0
+                    while True:
+                        st = np.int64(PR[mb + node])
+                        so = O[node]
+                        ws = 3 * (min(dep, MX_DEPTH - 1) * NCONF + conf)
+                        pq, x0, x1 = _mix(MW[ws], MW[ws + 1], MW[ws + 2], st >> 8, so >> 8)
+                        bit, rng, low, code = _code(True, 0, pq, rng, low, code)
+                        while rng < TOP:
+                            if pos >= nbuf:
+                                return fail_status, 0
+                            code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
+                            pos += 1
+                            rng <<= 8
+                        PR[mb + node] = _adapt(st, bit, limit, recip[st & 0xFF])
+                        O[node] = _adapt(so, bit, MX_LIMIT, recip[so & 0xFF])
+                        err = (bit << 16) - pq
+                        MW[ws] = _learn(MW[ws], x0, err, MX_SHIFT[0])
+                        MW[ws + 1] = _learn(MW[ws + 1], x1, err, MX_SHIFT[0])
+                        MW[ws + 2] = _learn(MW[ws + 2], 256, err, MX_SHIFT[0])
+                        nxt = child[2 * node + bit]
+                        if nxt < 0:
+                            v = -nxt
+                            break
+                        node = nxt
+                        dep += 1
                 elif decode:
                     # both children and their states are loaded before the bit is known,
                     # so the next decision waits only for a select, not for two loads
@@ -330,10 +434,16 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                         node = nxt
                 else:
                     for q in range(path_off[v], path_off[v + 1]):
-                        idx = mb + path_node[q]
+                        nd = path_node[q]
+                        idx = mb + nd
                         st = np.int64(PR[idx])
                         bit = path_bit[q]
-                        bit, rng, low, code = _code(False, bit, st >> 8, rng, low, code)
+                        pq = st >> 8
+                        if mx:
+                            so = O[nd]
+                            ws = 3 * (min(q - path_off[v], MX_DEPTH - 1) * NCONF + conf)
+                            pq, x0, x1 = _mix(MW[ws], MW[ws + 1], MW[ws + 2], pq, so >> 8)
+                        bit, rng, low, code = _code(False, bit, pq, rng, low, code)
                         while rng < TOP:
                             if pos >= nbuf:
                                 return fail_status, 0
@@ -352,6 +462,12 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                             pos += 1
                             rng <<= 8
                         PR[idx] = _adapt(st, bit, limit, recip[st & 0xFF])
+                        if mx:
+                            O[nd] = _adapt(so, bit, MX_LIMIT, recip[so & 0xFF])
+                            err = (bit << 16) - pq
+                            MW[ws] = _learn(MW[ws], x0, err, MX_SHIFT[0])
+                            MW[ws + 1] = _learn(MW[ws + 1], x1, err, MX_SHIFT[0])
+                            MW[ws + 2] = _learn(MW[ws + 2], 256, err, MX_SHIFT[0])
                 # ---------------- sign (only where -v exists)
                 if v <= K:
                     rt = rpos + rneg
@@ -379,6 +495,10 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                     if st == 0:  # first use: start from the parent context
                         st = (sparent[spa] & ~0xFF) | N0
                     ps = st >> 8
+                    if mx:   # version 7: mixed with the parent's
+                        ws = sset + 3 * min((st & 0xFF) >> 3, MX_CNT - 1)
+                        ps, x0, x1 = _mix(MW[ws], MW[ws + 1], MW[ws + 2], ps,
+                                          sparent[spa] >> 8)
                     neg, rng, low, code = _code(decode, neg, ps, rng, low, code)
                     while rng < TOP:
                         if pos >= nbuf:
@@ -398,6 +518,11 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                         pos += 1
                         rng <<= 8
                     PR[idx] = _adapt(st, neg, limit, recip[st & 0xFF])
+                    if mx:
+                        err = (neg << 16) - ps
+                        MW[ws] = _learn(MW[ws], x0, err, MX_SHIFT[1])
+                        MW[ws + 1] = _learn(MW[ws + 1], x1, err, MX_SHIFT[1])
+                        MW[ws + 2] = _learn(MW[ws + 2], 256, err, MX_SHIFT[1])
                     spt = sparent[spa]
                     sparent[spa] = _adapt(spt, neg, limit, recip[spt & 0xFF])
                 else:
@@ -567,7 +692,7 @@ def encode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_
     (2, 0) ``buf`` too small (byte 0 of ``buf`` is always 0)."""
     return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                    path_node, limit, recip, _NOW, _NOP, False, _one(sym.size, cols), False,
-                   _NOREF, False)
+                   _NOREF, False, False)
 
 
 @njit(cache=True, nogil=True)
@@ -579,7 +704,7 @@ def decode_kernel(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path_
     of range."""
     return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                    path_node, limit, recip, _NOW, _NOP, False, _one(sym.size, cols), False,
-                   _NOREF, False)
+                   _NOREF, False, False)
 
 
 @njit(cache=True, nogil=True)
@@ -589,7 +714,7 @@ def encode_kernel4(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path
     magnitude weights ``wm`` and the parameters ``mpar`` of ``_posterior_init``."""
     return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                    path_node, limit, recip, wm, mpar, True, _one(sym.size, cols), False,
-                   _NOREF, False)
+                   _NOREF, False, False)
 
 
 @njit(cache=True, nogil=True)
@@ -598,7 +723,7 @@ def decode_kernel4(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path
     """Version 4's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel4``)."""
     return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                    path_node, limit, recip, wm, mpar, True, _one(sym.size, cols), False,
-                   _NOREF, False)
+                   _NOREF, False, False)
 
 
 @njit(cache=True, nogil=True)
@@ -607,7 +732,7 @@ def encode_kernel5(sym, buf, seg, K, mmax, pz0, ps0, child, tp1, path_off, path_
     """Version 5's encoder: ``encode_kernel4``'s, the row length replaced by the segments
     ``seg`` ((entries, row length, lag) each, entries summing to ``sym.size``)."""
     return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
-                   path_node, limit, recip, wm, mpar, True, seg, True, _NOREF,
+                   path_node, limit, recip, wm, mpar, True, seg, True, _NOREF, False,
                    False)
 
 
@@ -616,7 +741,7 @@ def decode_kernel5(sym, buf, seg, K, mmax, pz0, ps0, child, tp1, path_off, path_
                    path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
     """Version 5's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel5``)."""
     return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
-                   path_node, limit, recip, wm, mpar, True, seg, True, _NOREF,
+                   path_node, limit, recip, wm, mpar, True, seg, True, _NOREF, False,
                    False)
 
 
@@ -627,7 +752,7 @@ def encode_kernel6(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path
     reference's parameters from ``XPAR`` on) plus the reference symbols ``ref``."""
     return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                    path_node, limit, recip, wm, mpar, True, _one(sym.size, cols), False, ref,
-                   True)
+                   True, False)
 
 
 @njit(cache=True, nogil=True)
@@ -636,4 +761,20 @@ def decode_kernel6(sym, buf, cols, K, mmax, pz0, ps0, child, tp1, path_off, path
     """Version 6's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel6``)."""
     return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                    path_node, limit, recip, wm, mpar, True, _one(sym.size, cols), False, ref,
-                   True)
+                   True, False)
+
+
+@njit(cache=True, nogil=True)
+def encode_kernel7(sym, buf, seg, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
+    """Version 7's encoder (arguments and statuses as ``encode_kernel5``)."""
+    return _run_v2(False, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, seg, True, _NOREF, False, True)
+
+
+@njit(cache=True, nogil=True)
+def decode_kernel7(sym, buf, seg, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar):  # pragma: no cover - compiled
+    """Version 7's decoder (``decode_kernel``'s statuses; arguments as ``encode_kernel5``)."""
+    return _run_v2(True, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
+                   path_node, limit, recip, wm, mpar, True, seg, True, _NOREF, False, True)

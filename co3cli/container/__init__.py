@@ -111,7 +111,9 @@ dumps, ``benchmarks/results/small_files.md``, every key and value kept), the tra
 (44 -> 16 bytes with one block), and a ``GRC`` group of a ``ctx`` coder of model version 5
 coded as *one stream* of segments (layouts 2 and 3: one final state for the group, the
 adaptive statistics carried from member to member, in layout 3 each member's previous step
-in the contexts) with its flat or octave prior in 6 or ~60 bytes instead of ~30 or ~110
+in the contexts; files written since ``ctx`` model version 7 exists code it with that
+version, version 5 with mixed probabilities, whose table a reader before it refuses in one
+line) with its flat or octave prior in 6 or ~60 bytes instead of ~30 or ~110
 (``co3cli.container.gcompact``). A 1.5 group layout in an older file is refused. Later 1.5
 files may hold a ``GRC`` scales section in its short form (a flag in its first byte): each
 scale's mantissa cut to the bits it keeps, the scale a writer stores for a group member being

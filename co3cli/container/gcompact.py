@@ -37,8 +37,9 @@ dump of 20 layers x 3 steps, 300 of its 11,362 bytes. A ``GRC`` block holds the 
                header's shape), in order of their first member, each body every member of
                that row length in member order, each member's steps as further rows
              | 2 (1.5): one body, the stacks of layout 1 one after the other, coded as
-               *segments* (``ctx`` model version 5: a member each, its entries and row
-               length; the statistics carry through, rows restart where the length changes)
+               *segments* (``ctx`` model version 5, or 7 in files written since it exists:
+               a member each, its entries and row length; the statistics carry through, rows
+               restart where the length changes)
              | 3 (1.5): layout 2 with each member's lag its ``numel`` (its previous step's
                entry, one step of rows back, in the contexts)
 
@@ -439,7 +440,7 @@ def payload_shares(bodies: list[bytes], groups: list[list[int]], sizes: list[int
 
 def stream_body(table, syms: list, layout: int) -> bytes:
     """The one body of a ``STREAMS`` group: ``syms`` ((steps x numel symbols, row length) per
-    member) in stack order, coded as segments with ``table`` (``ctx`` model version 5)."""
+    member) in stack order, coded as segments with ``table`` (``ctx`` model version 5 or 7)."""
     cols = [c for _, c in syms]
     order = body_members(layout, cols)[0]
     segs = stream_segments(layout, order, cols, [s.shape[1] for s, _ in syms], syms[0][0].shape[0])
