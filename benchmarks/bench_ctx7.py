@@ -46,15 +46,6 @@ def _quantized(dump, name, grid, steps=None):
     return sym, row_length(dump.shape(name), sym.shape[1])
 
 
-def _time(fn, repeat):
-    out = []
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        out.append(time.process_time() - t0)
-    return statistics.median(out)
-
-
 def _compare(sym, segs, nsym, repeat):
     """Bytes and ns/symbol (encode, decode) of versions 5 and 7 on one stream."""
     v5 = get_coder("ctx").table_from_ints(flat_freqs(nsym, 16))
@@ -66,9 +57,12 @@ def _compare(sym, segs, nsym, repeat):
         row[v] = len(blob)
     for _ in range(repeat):  # interleaved: 5, 7, 5, 7 ...
         for v, table in ((5, v5), (7, v5.mixed())):
+            t0 = time.process_time()
             blob = table.encode_segments(sym, segs)
-            row.setdefault(f"enc{v}", []).append(_time(lambda: table.encode_segments(sym, segs), 1))
-            row.setdefault(f"dec{v}", []).append(_time(lambda: table.decode_segments(blob, segs), 1))
+            t1 = time.process_time()
+            table.decode_segments(blob, segs)
+            row.setdefault(f"enc{v}", []).append(t1 - t0)
+            row.setdefault(f"dec{v}", []).append(time.process_time() - t1)
     for k in ("enc5", "dec5", "enc7", "dec7"):
         row[k] = 1e9 * statistics.median(row[k]) / sym.size
     return row

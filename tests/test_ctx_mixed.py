@@ -160,7 +160,8 @@ def test_fewer_bytes_than_version_5_on_small_real_layers(fmt):
         for name in dump.layers:
             shape = dump.shape(name)
             data = dump.read_layer(name)[:3].reshape(3, -1)[:, :4096]
-            cols = shape[-1] if len(shape) > 1 and data.shape[1] % shape[-1] == 0 else data.shape[1]
+            whole_rows = len(shape) > 1 and data.shape[1] % shape[-1] == 0
+            cols = shape[-1] if whole_rows else data.shape[1]
             _, sym, _ = scale_and_quantize(data, grid, None)
             parts.append(sym.reshape(-1))
             segs.append((sym.size, cols, data.shape[1]))

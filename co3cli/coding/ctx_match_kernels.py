@@ -132,9 +132,12 @@ def _mix(w0, w1, w2, p0, p1):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _learn(w, x, err, shift):  # pragma: no cover - compiled
-    """One mixer weight after coding: moved by ``x * err / 2**shift``, within +-WCAP."""
-    return min(max(w + ((x * err) >> shift), -WCAP), WCAP)
+def _learn(w0, w1, w2, x0, x1, err, shift):  # pragma: no cover - compiled
+    """A mixer's three weights after coding (``err``: the bit less the mixed probability,
+    16-bit): each moved by its input times ``err / 2**shift``, within +-WCAP."""
+    return (min(max(w0 + ((x0 * err) >> shift), -WCAP), WCAP),
+            min(max(w1 + ((x1 * err) >> shift), -WCAP), WCAP),
+            min(max(w2 + ((256 * err) >> shift), -WCAP), WCAP))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -336,7 +339,8 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
             pz = st >> 8
             if mx:   # version 7: mixed with the parent's
                 ws = zset + 3 * min((st & 0xFF) >> 3, MX_CNT - 1)
-                pz, x0, x1 = _mix(MW[ws], MW[ws + 1], MW[ws + 2], pz, zparent[zp] >> 8)
+                w0, w1, w2 = MW[ws], MW[ws + 1], MW[ws + 2]
+                pz, x0, x1 = _mix(w0, w1, w2, pz, zparent[zp] >> 8)
             bit, rng, low, code = _code(decode, 1 if v == 0 else 0, pz, rng, low, code)
             while rng < TOP:
                 if pos >= nbuf:
@@ -357,10 +361,8 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                 rng <<= 8
             PR[zc] = _adapt(st, bit, limit, recip[st & 0xFF])
             if mx:
-                err = (bit << 16) - pz
-                MW[ws] = _learn(MW[ws], x0, err, MX_SHIFT[1])
-                MW[ws + 1] = _learn(MW[ws + 1], x1, err, MX_SHIFT[1])
-                MW[ws + 2] = _learn(MW[ws + 2], 256, err, MX_SHIFT[1])
+                MW[ws], MW[ws + 1], MW[ws + 2] = _learn(w0, w1, w2, x0, x1,
+                                                      (bit << 16) - pz, MX_SHIFT[1])
             zpt = zparent[zp]
             zparent[zp] = _adapt(zpt, bit, limit, recip[zpt & 0xFF])
             if bit == 0:
@@ -388,7 +390,8 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                         st = np.int64(PR[mb + node])
                         so = O[node]
                         ws = 3 * (min(dep, MX_DEPTH - 1) * NCONF + conf)
-                        pq, x0, x1 = _mix(MW[ws], MW[ws + 1], MW[ws + 2], st >> 8, so >> 8)
+                        w0, w1, w2 = MW[ws], MW[ws + 1], MW[ws + 2]
+                        pq, x0, x1 = _mix(w0, w1, w2, st >> 8, so >> 8)
                         bit, rng, low, code = _code(True, 0, pq, rng, low, code)
                         while rng < TOP:
                             if pos >= nbuf:
@@ -398,10 +401,8 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                             rng <<= 8
                         PR[mb + node] = _adapt(st, bit, limit, recip[st & 0xFF])
                         O[node] = _adapt(so, bit, MX_LIMIT, recip[so & 0xFF])
-                        err = (bit << 16) - pq
-                        MW[ws] = _learn(MW[ws], x0, err, MX_SHIFT[0])
-                        MW[ws + 1] = _learn(MW[ws + 1], x1, err, MX_SHIFT[0])
-                        MW[ws + 2] = _learn(MW[ws + 2], 256, err, MX_SHIFT[0])
+                        MW[ws], MW[ws + 1], MW[ws + 2] = _learn(w0, w1, w2, x0, x1,
+                                                              (bit << 16) - pq, MX_SHIFT[0])
                         nxt = child[2 * node + bit]
                         if nxt < 0:
                             v = -nxt
@@ -442,7 +443,8 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                         if mx:
                             so = O[nd]
                             ws = 3 * (min(q - path_off[v], MX_DEPTH - 1) * NCONF + conf)
-                            pq, x0, x1 = _mix(MW[ws], MW[ws + 1], MW[ws + 2], pq, so >> 8)
+                            w0, w1, w2 = MW[ws], MW[ws + 1], MW[ws + 2]
+                            pq, x0, x1 = _mix(w0, w1, w2, pq, so >> 8)
                         bit, rng, low, code = _code(False, bit, pq, rng, low, code)
                         while rng < TOP:
                             if pos >= nbuf:
@@ -464,10 +466,8 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                         PR[idx] = _adapt(st, bit, limit, recip[st & 0xFF])
                         if mx:
                             O[nd] = _adapt(so, bit, MX_LIMIT, recip[so & 0xFF])
-                            err = (bit << 16) - pq
-                            MW[ws] = _learn(MW[ws], x0, err, MX_SHIFT[0])
-                            MW[ws + 1] = _learn(MW[ws + 1], x1, err, MX_SHIFT[0])
-                            MW[ws + 2] = _learn(MW[ws + 2], 256, err, MX_SHIFT[0])
+                            MW[ws], MW[ws + 1], MW[ws + 2] = _learn(w0, w1, w2, x0, x1,
+                                                                  (bit << 16) - pq, MX_SHIFT[0])
                 # ---------------- sign (only where -v exists)
                 if v <= K:
                     rt = rpos + rneg
@@ -497,8 +497,8 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                     ps = st >> 8
                     if mx:   # version 7: mixed with the parent's
                         ws = sset + 3 * min((st & 0xFF) >> 3, MX_CNT - 1)
-                        ps, x0, x1 = _mix(MW[ws], MW[ws + 1], MW[ws + 2], ps,
-                                          sparent[spa] >> 8)
+                        w0, w1, w2 = MW[ws], MW[ws + 1], MW[ws + 2]
+                        ps, x0, x1 = _mix(w0, w1, w2, ps, sparent[spa] >> 8)
                     neg, rng, low, code = _code(decode, neg, ps, rng, low, code)
                     while rng < TOP:
                         if pos >= nbuf:
@@ -519,10 +519,8 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                         rng <<= 8
                     PR[idx] = _adapt(st, neg, limit, recip[st & 0xFF])
                     if mx:
-                        err = (neg << 16) - ps
-                        MW[ws] = _learn(MW[ws], x0, err, MX_SHIFT[1])
-                        MW[ws + 1] = _learn(MW[ws + 1], x1, err, MX_SHIFT[1])
-                        MW[ws + 2] = _learn(MW[ws + 2], 256, err, MX_SHIFT[1])
+                        MW[ws], MW[ws + 1], MW[ws + 2] = _learn(w0, w1, w2, x0, x1,
+                                                              (neg << 16) - ps, MX_SHIFT[1])
                     spt = sparent[spa]
                     sparent[spa] = _adapt(spt, neg, limit, recip[spt & 0xFF])
                 else:
