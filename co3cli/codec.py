@@ -212,8 +212,9 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
     separate chunks, each decodable alone (``ctx-steps``: from its key step on); scales per
     layer and step as in :func:`encode_layer`. ``join``: every member's steps coded as one
     chunk (a ``GRC`` block; members of one row length stacked, or with a table that codes
-    segments, ``ctx`` model version 5, every member in one body coded with its mixed version
-    7, with or without each one's previous step in the contexts) where that is smaller in all
+    segments, ``ctx`` model version 5, every member in one body coded by it or by its mixed
+    version 7, with or without each one's previous step in the contexts) where that is
+    smaller in all
     (``co3cli.container.joinable``)."""
     quantized = [_quantize_layer(d, grid, scale_rule, None)[:3] for d in datas]
     counts = np.sum([c for _, _, c in quantized], axis=0, dtype=np.int64)
@@ -244,11 +245,11 @@ def encode_group(datas: list[np.ndarray], grid, coder, *, scale_rule=None, model
                 sb = stacked_bodies(table, syms, stacks)
                 options.append((_framed(sb) + fields, table, whole, True, sb, STACKED))
             if getattr(table, "has_mixed", False):  # 1.5: one body, its prior in fewer
-                mixed = table.mixed()  # bytes, coded with the mixed model (ctx version 7)
-                for lay in STREAMS:
-                    sb = [stream_body(mixed, syms, lay)]
-                    options.append((_framed(sb) + prior_bytes(meta, mixed.to_bytes(), lay),
-                                    mixed, whole, True, sb, lay))
+                for t in (table, table.mixed()):  # bytes; ctx version 5, and version 7
+                    for lay in STREAMS:  # (mixed) where smaller (a tie keeps version 5)
+                        sb = [stream_body(t, syms, lay)]
+                        options.append((_framed(sb) + prior_bytes(meta, t.to_bytes(), lay),
+                                        t, whole, True, sb, lay))
         size, table, bodies, joined, stacked, layout = min(options, key=lambda o: o[0])
         if best is None or size < best[0]:
             best = (size, table, meta, bodies, joined, stacked, layout)

@@ -17,6 +17,7 @@ from co3cli.container import open_co3
 from co3cli.errors import CorruptDataError, InputError
 from co3cli.tables import flat_freqs
 from test_ctx import SAMPLE, gennorm_weights, structured
+from test_golden import EPOCH
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -188,6 +189,38 @@ def test_a_default_group_is_coded_with_version_7(tmp_path):
     decompress(dst, tmp_path / "g.h5")
     check_lossless(src, dst, tmp_path / "g.h5", "fp8-e5m2", None)
     assert dst.stat().st_size < (GOLDEN / "v1.5-ctx5" / "fp8-default5.co3").stat().st_size
+
+
+def test_a_group_keeps_version_5_where_version_7_is_not_smaller(tmp_path, monkeypatch):
+    """The writer codes a group's stream with both versions and keeps the smaller: where
+    version 7's body is larger (made so here), the file holds version 5's and decodes."""
+    import co3cli.codec as codec
+    from co3cli.codec import compress, decompress
+    from test_codec import check_lossless
+
+    real = codec.stream_body
+
+    def larger_v7(table, syms, layout):
+        body = real(table, syms, layout)
+        return body + bytes(4096) if table.model_version == MIXED_VERSION else body
+
+    monkeypatch.setattr(codec, "stream_body", larger_v7)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
+    src, dst = GOLDEN / "source.h5", tmp_path / "g.co3"
+    compress(src, dst)
+    with open(dst, "rb") as f:
+        grouped = [b for b in open_co3(f).layers() if b.group is not None]
+    assert grouped and {b.table[0] for b in grouped} == {SEGMENTS_VERSION}
+    # the file version 5 groups gave before version 7, byte for byte
+    assert dst.read_bytes() == (GOLDEN / "v1.5-ctx5" / "fp8-default5.co3").read_bytes()
+    decompress(dst, tmp_path / "g.h5")
+    check_lossless(src, dst, tmp_path / "g.h5", "fp8-e5m2", None)
+
+
+def test_the_version_5_group_fixtures_are_there():
+    assert sorted(p.name for p in (GOLDEN / "v1.5-ctx5").iterdir()) == sorted(
+        f"{c}.{ext}" for c in ("fp4-ctx5", "fp4-default5", "fp8-ctx5", "fp8-default5")
+        for ext in ("co3", "h5"))
 
 
 @pytest.mark.parametrize("path", sorted((GOLDEN / "v1.5-ctx5").glob("*.co3")),

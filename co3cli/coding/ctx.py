@@ -108,16 +108,17 @@ coder config never names it) is version 5 whose every decision's probability is 
 a second estimate: the logistic mix ``squash(w0 * stretch(p) + w1 * stretch(q) + w2)`` of the
 context's ``p`` and, for a zero flag or a sign, ``q`` its parent context's (the one it started
 from), for a magnitude decision ``q`` the same tree node in an *order-0 tree* of this
-segment's magnitudes (no context; it restarts from the prior with each segment and adapts up
-to count 255).  The weights (16.16 fixed point, three per set) learn online, by
+segment's magnitudes (no context; it restarts with each segment from the prior at count 0, so
+the segment's first magnitudes move it two thirds of the way, then adapts up to count 255).  The weights (16.16 fixed point, three per set) learn online, by
 ``input * error / 2**15``; their sets: for a magnitude the decision's depth on its path (16)
 times the confidence (3), for a zero flag and a sign the context's count in eighths (8 each).
 ``stretch`` and ``squash`` are tables (``co3cli.coding.textcm_kernels.STRETCH`` and
 ``ctx_match_kernels.SQ16``, pinned by a test); integers only.  Where contexts are many and
 entries few the context's estimate is still noisy and the coarser one carries it: on the
-groups of small layers of the check's dumps 0.8-1.7 % fewer payload bytes than version 5
-(``benchmarks/results/ctx7.md``); on a large layer it gains 0.05-0.6 % for 20-35 % more CPU
-time per symbol, so only groups use it.
+groups of small layers of the check's dumps 0.35-3.2 % fewer payload bytes than version 5,
+for 1.14-1.55x its CPU time per symbol (``benchmarks/results/ctx7.md``); on a large layer it
+gains 0.1-1.3 % for 1.1-1.7x the time, so only groups use it, and only where smaller than
+version 5 (``co3cli.codec.encode_group``).
 
 **Adaptation.**  A probability (16 bits, of a 1, kept in ``[32, 2**16 - 32]``) moves
 towards each coded bit by ``1 / (count + 1.5)``; ``count`` starts at 2 (the prior's
@@ -357,7 +358,8 @@ class CtxTable:
     def mixed(self) -> "CtxTable":
         """The same prior coding segments with mixed probabilities (version 7; this table:
         version 5): a ``.co3`` group of small layers, where the adaptive statistics are
-        still learning, codes in 0.5-2 % fewer bytes (and ~25 % more time per symbol)."""
+        still learning, codes in 0.35-3.2 % fewer bytes (for 1.14-1.55x the time per
+        symbol)."""
         if not self.has_mixed:
             raise InputError(f"only a ctx model version {SEGMENTS_VERSION} table has a mixed "
                              f"version (this one: version {self.model_version})")
