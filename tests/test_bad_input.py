@@ -179,6 +179,7 @@ def test_random_byte_flips_refused_by_every_reader(good, out, capsys):
                 assert leftovers(out) == [], (coder, pos, cmd)
 
 
+@pytest.mark.slow  # ~7 s each: the slow run (CI runs it)
 @pytest.mark.parametrize("coder", ["ans", "huffman"])
 def test_every_single_byte_flip_detected_before_decoding(good, coder):
     """Library level, exhaustive: every position, two masks; nothing decodes."""

@@ -149,6 +149,7 @@ def test_disk_full_is_one_line_error_and_leaves_nothing(tmp_path, capsys):
         subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
+@pytest.mark.slow  # ~7 s: the slow run (CI runs it)
 def test_progress_bar_only_on_a_terminal(tmp_path):
     import fcntl
     import pty

@@ -414,6 +414,7 @@ def test_many_evenly_spaced_steps_without_a_loss_compress(tmp_path):
     check_lossless(src, tmp_path / "s.co3", tmp_path / "s2.h5", "fp8-e5m2", None)
 
 
+@pytest.mark.slow  # ~5 s: the slow run (CI runs it)
 def test_names_sharing_prefixes_are_bounded_in_all():
     # each name the whole previous one plus 1,000 characters: 200 of them are 20 M characters
     # from a few hundred kB of header; a reader stops at what a JSON header could list

@@ -69,6 +69,7 @@ def children(ppid: int) -> list[int]:
     return sorted(pids)
 
 
+@pytest.mark.slow  # ~4 s: the slow run (CI runs it)
 def test_ranks_die_with_a_killed_launcher(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "co3cli", "simulate", "fl", "--task", "digits-mlp",
@@ -103,7 +104,8 @@ def test_ranks_die_with_a_killed_launcher(tmp_path):
         launcher.wait()
 
 
-@pytest.mark.parametrize("stopped", [pytest.param(1, marks=pytest.mark.slow), 0])  # 1: ~15 s
+@pytest.mark.slow  # ~15 s and ~10 s: the slow run (CI runs it)
+@pytest.mark.parametrize("stopped", [1, 0])
 def test_a_stopped_rank_is_named_and_the_job_ends(tmp_path, stopped):
     out, timeout = tmp_path / "run", 8
     seen = {}

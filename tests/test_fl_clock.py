@@ -272,6 +272,7 @@ def test_old_metrics_files_still_read(tmp_path):
     assert m["round"].tolist() == [1.0] and np.isnan(m["wallclock_s"]).all()
 
 
+@pytest.mark.slow  # ~4 s: the slow run (CI runs it)
 def test_engines_agree_on_the_deterministic_clock(tmp_path):
     from co3cli.simulate.dist import launch
 
