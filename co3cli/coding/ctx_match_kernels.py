@@ -59,8 +59,8 @@ set) codes a tensor given a reference symbol array (model: ``co3cli/coding/ctx.p
 **Version 7** (``encode_kernel7`` / ``decode_kernel7``: version 5's function with ``mx`` set)
 mixes each decision's probability with a second estimate (``_mix``, ``_learn``: the parent
 context's for zero flags and signs, an order-0 tree's restarting with each segment for
-magnitudes), the decoder walking the magnitude tree node by node as the encoder does
-(model: ``co3cli/coding/ctx.py``).  The constants below (``MX_*``, ``SQ16``) are part of its
+magnitudes; the decoder counts the depth of its walk down the tree, the encoder reads it
+from its precomputed path) (model: ``co3cli/coding/ctx.py``).  The constants below (``MX_*``, ``SQ16``) are part of its
 bitstream.
 """
 
@@ -383,15 +383,23 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                             PR[mb + k] = (tp1[k] << 8) | N0
                 if mmax == 1:
                     v = 1
-                elif decode and mx:   # version 7: each node's probability mixed with the
-                    node = 0          # order-0 tree's
+                elif decode:
+                    # both children and their states are loaded before the bit is known,
+                    # so the next decision waits only for a select, not for two loads
+                    node = 0
                     dep = 0
+                    st = np.int64(PR[mb])
                     while True:
-                        st = np.int64(PR[mb + node])
-                        so = O[node]
-                        ws = 3 * (min(dep, MX_DEPTH - 1) * NCONF + conf)
-                        w0, w1, w2 = MW[ws], MW[ws + 1], MW[ws + 2]
-                        pq, x0, x1 = _mix(w0, w1, w2, st >> 8, so >> 8)
+                        c0 = child[2 * node]
+                        c1 = child[2 * node + 1]
+                        s0 = np.int64(PR[mb + max(c0, 0)])
+                        s1 = np.int64(PR[mb + max(c1, 0)])
+                        pq = st >> 8
+                        if mx:   # version 7: mixed with the order-0 tree's node
+                            so = O[node]
+                            ws = 3 * (min(dep, MX_DEPTH - 1) * NCONF + conf)
+                            w0, w1, w2 = MW[ws], MW[ws + 1], MW[ws + 2]
+                            pq, x0, x1 = _mix(w0, w1, w2, pq, so >> 8)
                         bit, rng, low, code = _code(True, 0, pq, rng, low, code)
                         while rng < TOP:
                             if pos >= nbuf:
@@ -400,39 +408,17 @@ def _run_v2(decode, sym, buf, K, mmax, pz0, ps0, child, tp1, path_off, path_bit,
                             pos += 1
                             rng <<= 8
                         PR[mb + node] = _adapt(st, bit, limit, recip[st & 0xFF])
-                        O[node] = _adapt(so, bit, MX_LIMIT, recip[so & 0xFF])
-                        MW[ws], MW[ws + 1], MW[ws + 2] = _learn(w0, w1, w2, x0, x1,
-                                                              (bit << 16) - pq, MX_SHIFT[0])
-                        nxt = child[2 * node + bit]
-                        if nxt < 0:
-                            v = -nxt
-                            break
-                        node = nxt
-                        dep += 1
-                elif decode:
-                    # both children and their states are loaded before the bit is known,
-                    # so the next decision waits only for a select, not for two loads
-                    node = 0
-                    st = np.int64(PR[mb])
-                    while True:
-                        c0 = child[2 * node]
-                        c1 = child[2 * node + 1]
-                        s0 = np.int64(PR[mb + max(c0, 0)])
-                        s1 = np.int64(PR[mb + max(c1, 0)])
-                        bit, rng, low, code = _code(True, 0, st >> 8, rng, low, code)
-                        while rng < TOP:
-                            if pos >= nbuf:
-                                return fail_status, 0
-                            code = ((code << 8) | np.int64(buf[pos])) & 0xFFFFFFFF
-                            pos += 1
-                            rng <<= 8
-                        PR[mb + node] = _adapt(st, bit, limit, recip[st & 0xFF])
+                        if mx:
+                            O[node] = _adapt(so, bit, MX_LIMIT, recip[so & 0xFF])
+                            MW[ws], MW[ws + 1], MW[ws + 2] = _learn(w0, w1, w2, x0, x1,
+                                                                  (bit << 16) - pq, MX_SHIFT[0])
                         nxt = c1 if bit else c0
                         if nxt < 0:
                             v = -nxt
                             break
                         st = s1 if bit else s0
                         node = nxt
+                        dep += 1
                 else:
                     for q in range(path_off[v], path_off[v + 1]):
                         nd = path_node[q]
