@@ -68,6 +68,7 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
                            "bytes": block.nbytes, "payload_bytes": block.payload_bytes,
                            "table_bytes": 0 if block.same_as is not None else block.table_nbytes,
                            "model": block.meta.get("model"),
+                           "ctx_model_version": _ctx_version(coder, block),
                            "scale_fallbacks": _fallbacks(block.meta, co3.header),
                            "scales": block.scales.tolist(), "group": block.group,
                            "same_as": None if block.same_as is None
@@ -87,6 +88,15 @@ def inspect_co3(src: str | Path, decode: bool = False) -> Co3Info:
                        header_bytes=co3.header_bytes, trailer_bytes=co3.trailer_bytes,
                        header={k: v for k, v in co3.header.items() if k != "layers"},
                        layers=layers)
+
+
+def _ctx_version(coder, block) -> int | None:
+    """The model version a ``ctx`` layer's table stores (its first byte; a group of small layers
+    may hold version 7, a layer coded given another version 6, whatever the header's coder
+    config says); None for another coder or a layer with no table of its own."""
+    if getattr(coder, "id", None) != "ctx" or block.same_as is not None or not block.table:
+        return None
+    return int(block.table[0])
 
 
 def _fallbacks(meta: dict, header: dict) -> int | None:

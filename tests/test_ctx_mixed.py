@@ -217,6 +217,26 @@ def test_a_group_keeps_version_5_where_version_7_is_not_smaller(tmp_path, monkey
     check_lossless(src, dst, tmp_path / "g.h5", "fp8-e5m2", None)
 
 
+def test_inspect_names_the_version_a_table_stores(capsys):
+    """The header's coder config says 5; ``co3 inspect`` shows the groups' 7 per layer (a
+    column only where some table differs from the config)."""
+    from co3cli.inspection import inspect_co3
+    from conftest import run_cli
+
+    new, old = GOLDEN / "fp8-default5.co3", GOLDEN / "v1.5-ctx5" / "fp8-default5.co3"
+    rows = {r["name"]: r["ctx_model_version"] for r in inspect_co3(new).layers}
+    assert set(rows.values()) == {7} and len(rows) == 5
+    assert {r["ctx_model_version"] for r in inspect_co3(old).layers} == {5}
+    code, out, err = run_cli("inspect", new, capsys=capsys)
+    assert code == 0, err
+    head, first = out.splitlines()[2], out.splitlines()[3]
+    assert head.split()[-2:] == ["ctx", "model"] and first.split()[-1] == "7"
+    code, out, err = run_cli("inspect", old, capsys=capsys)
+    assert code == 0 and "ctx model" not in out
+    ans = inspect_co3(GOLDEN / "fp8-ans.co3").layers
+    assert all(r["ctx_model_version"] is None for r in ans)
+
+
 def test_the_version_5_group_fixtures_are_there():
     assert sorted(p.name for p in (GOLDEN / "v1.5-ctx5").iterdir()) == sorted(
         f"{c}.{ext}" for c in ("fp4-ctx5", "fp4-default5", "fp8-ctx5", "fp8-default5")

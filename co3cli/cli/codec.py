@@ -110,6 +110,9 @@ def inspect_cli(input: str = typer.Argument(..., help=".co3 file, or - for stdin
             ("payload_bytes", "payload", "d"), ("table_bytes", "table", "d"), ("model", "model", "")]
     if any(lay["same_as"] for lay in info.layers):  # references to an equal earlier layer
         cols.append(("same_as", "same as", ""))
+    config_version = h["coder"].get("model_version", 1) if h["coder"].get("id") == "ctx" else None
+    if any(lay["ctx_model_version"] not in (None, config_version) for lay in info.layers):
+        cols.append(("ctx_model_version", "ctx model", "d"))  # a group's or a given layer's
     if any(lay["given"] for lay in info.layers):  # coded given an earlier layer (LYX)
         cols.append(("given", "coded given", ""))
     if any(lay["scale_fallbacks"] is not None for lay in info.layers):  # a rule that can fall back
