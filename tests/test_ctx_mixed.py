@@ -135,7 +135,7 @@ def test_the_version_is_stored_never_configured():
 def test_mixer_tables_are_pinned():
     """The squash table and the mixers' constants both ends build: a change is a new model
     version (files written so far would not decode)."""
-    from co3cli.coding import ctx_match_kernels as k
+    from co3cli.coding import ctx_mix_kernels as k
 
     digest = hashlib.sha256(k.SQ16.astype("<i8").tobytes()).hexdigest()[:16]
     assert digest == "a9b9ca5f838eeb95"

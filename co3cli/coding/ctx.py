@@ -351,6 +351,11 @@ class CtxTable:
         return CtxTable(self._freqs, self._precision, self._limit, REFERENCE_VERSION)
 
     @property
+    def codes_segments(self) -> bool:
+        """Whether this table codes a sequence of segments (versions 5 and 7)."""
+        return self.model_version in SEGMENTS_VERSIONS
+
+    @property
     def has_mixed(self) -> bool:
         """Whether :meth:`mixed` gives a table (this one: ``ctx`` version 5)."""
         return type(self) is CtxTable and self.model_version == SEGMENTS_VERSION
@@ -452,7 +457,7 @@ class CtxTable:
         """``segments`` ((entries, row length, lag) each) as the kernel's array, checked: a
         version 5 or 7 table, entries >= 1 summing to ``n``, each a whole number of rows, the lag
         a whole number of rows less than the entries (0: no previous step)."""
-        if self.model_version not in SEGMENTS_VERSIONS:
+        if not self.codes_segments:
             raise InputError(f"segments need ctx model version 5 or 7 (this table: "
                              f"{self.model_version})")
         seg = np.array(list(segments), dtype=np.int64).reshape(-1, 3)

@@ -104,7 +104,7 @@ def joined_symbols(block, table, numel: int, cols: int) -> np.ndarray:
     sym = block.cache.get(("stack", g))
     if sym is None:
         if isinstance(scols, tuple):  # a STREAMS body: its segments (ctx model version 5, 7)
-            if not hasattr(table, "decode_segments") or table.model_version not in (5, 7):
+            if not getattr(table, "codes_segments", False):
                 raise CorruptDataError(f"layer {block.name}: a group coded as segments needs "
                                        "a ctx table of model version 5 or 7")
             try:
